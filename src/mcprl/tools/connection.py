@@ -1,0 +1,156 @@
+"""One live MCP session per server, started once, reused by every call, restarted after a crash.
+
+The SDK's transports are anyio context managers that must be entered and exited by the same task,
+so each connection owns a runner task that holds them open until `close()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+from pathlib import Path
+from typing import IO
+
+import anyio
+import mcp.types as mt
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from mcprl.tools.config import ServerSpec
+from mcprl.tools.errors import ServerUnavailable
+
+STARTUP_TIMEOUT_S = 60.0
+# What a dead transport looks like from the caller's side.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    anyio.ClosedResourceError,
+    anyio.BrokenResourceError,
+    anyio.EndOfStream,
+    ConnectionError,
+    EOFError,
+    OSError,
+)
+
+
+def server_log_path(name: str) -> Path:
+    """Where a stdio server's stderr goes: out of the trainer's console, kept for post-mortems."""
+    path = Path(tempfile.gettempdir()) / "mcprl-servers" / f"{name}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class ServerConnection:
+    def __init__(self, spec: ServerSpec) -> None:
+        self.spec = spec
+        self.tools: list[mt.Tool] = []
+        self.restarts = 0
+        self._session: ClientSession | None = None
+        self._runner: asyncio.Task | None = None
+        self._stop: asyncio.Event | None = None
+        self._lock = asyncio.Lock()
+        self._errlog: IO[str] | None = None
+
+    @property
+    def alive(self) -> bool:
+        if self._session is None or self._runner is None or self._runner.done():
+            return False
+        # A server killed between calls closes the session's dispatcher; notice it before sending.
+        dispatcher = getattr(self._session, "_dispatcher", None)
+        return not getattr(dispatcher, "_closed", False)
+
+    async def session(self) -> ClientSession:
+        """The live session, (re)starting the server if it is not running."""
+        if self.alive:
+            return self._session  # type: ignore[return-value]
+        async with self._lock:
+            if self.alive:
+                return self._session  # type: ignore[return-value]
+            if self._runner is not None:
+                self.restarts += 1
+                await self._shutdown()
+            loop = asyncio.get_running_loop()
+            ready: asyncio.Future[ClientSession] = loop.create_future()
+            self._stop = asyncio.Event()
+            self._runner = asyncio.create_task(self._run(ready), name=f"mcp-{self.spec.name}")
+            try:
+                self._session = await asyncio.wait_for(asyncio.shield(ready), STARTUP_TIMEOUT_S)
+            except BaseException:
+                await self._shutdown()
+                raise
+            return self._session
+
+    def mark_dead(self) -> None:
+        """Called when a call saw the transport die: the next call starts a fresh server."""
+        self._session = None
+        if self._stop is not None:
+            self._stop.set()
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        self._session = None
+        if self._stop is not None:
+            self._stop.set()
+        if self._runner is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._runner), 10)
+            except BaseException:
+                self._runner.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._runner
+        self._runner = None
+        if self._errlog is not None:
+            self._errlog.close()
+            self._errlog = None
+
+    async def _open(self, stack: contextlib.AsyncExitStack):
+        spec = self.spec
+        if spec.transport == "http":
+            client = await stack.enter_async_context(create_mcp_http_client(headers=spec.resolved_headers() or None))
+            return await stack.enter_async_context(streamable_http_client(spec.url, http_client=client))
+        params = StdioServerParameters(command=spec.command, args=spec.args, env=spec.resolved_env() or None,
+                                       cwd=spec.cwd)
+        self._errlog = server_log_path(spec.name).open("a")
+        return await stack.enter_async_context(stdio_client(params, errlog=self._errlog))
+
+    async def _run(self, ready: asyncio.Future[ClientSession]) -> None:
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                read, write = await self._open(stack)
+                session = await stack.enter_async_context(ClientSession(read, write))
+                await session.initialize()
+                self.tools = await _list_all_tools(session)
+                ready.set_result(session)
+                assert self._stop is not None
+                await self._stop.wait()
+        except BaseException as e:  # noqa: BLE001 - the runner reports, never propagates
+            if not ready.done():
+                ready.set_exception(ServerUnavailable(f"server '{self.spec.name}' failed to start: {_describe(e)}"
+                                                  f"{self._log_hint()}"))
+        finally:
+            self._session = None
+
+    def _log_hint(self) -> str:
+        return f" (stderr: {server_log_path(self.spec.name)})" if self.spec.transport == "stdio" else ""
+
+
+async def _list_all_tools(session: ClientSession) -> list[mt.Tool]:
+    tools: list[mt.Tool] = []
+    cursor = None
+    while True:
+        params = mt.PaginatedRequestParams(cursor=cursor) if cursor else None
+        result = await session.list_tools(params=params)
+        tools.extend(result.tools)
+        cursor = result.next_cursor
+        if not cursor:
+            return tools
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, BaseExceptionGroup):
+        return "; ".join(_describe(x) for x in e.exceptions)
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__

@@ -1,0 +1,21 @@
+"""Shared test set-up: offline, one intra-op thread, a private cache for servers' stderr logs."""
+
+import os
+import socket
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
