@@ -1,0 +1,78 @@
+"""`mcprl eval compare|summarize` and the `mcprl report` command (wired into the main app by mcprl.cli)."""
+
+from __future__ import annotations
+
+import webbrowser
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from mcprl.eval.compare import compare_dirs
+from mcprl.eval.errors import EvalError
+from mcprl.eval.report import build_report
+from mcprl.eval.results import write_eval_outputs
+from mcprl.eval.trajectory import load_trajectories
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Analyse evaluation results.")
+_err = Console(stderr=True)
+
+
+@contextmanager
+def _one_line_errors() -> Iterator[None]:
+    try:
+        yield
+    except EvalError as err:
+        _err.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def compare(
+    dir_a: Annotated[Path, typer.Argument(help="First eval directory (the baseline).")],
+    dir_b: Annotated[Path, typer.Argument(help="Second eval directory; deltas are B - A.")],
+) -> None:
+    """Two evals side by side: every overall metric and the key ones per complexity."""
+    with _one_line_errors():
+        compare_dirs(dir_a, dir_b)
+
+
+@app.command()
+def summarize(
+    eval_dir: Annotated[Path, typer.Argument(help="Eval directory, or its trajectories.jsonl.")],
+    reference: Annotated[
+        Path | None, typer.Option(help="Eval directory to check tool-use collapse against (e.g. the base model's).")
+    ] = None,
+    k: Annotated[
+        list[int] | None,
+        typer.Option("--k", help="k for pass@k/pass^k (repeatable); default 1 and the samples per task."),
+    ] = None,
+    max_input_tokens: Annotated[
+        int | None, typer.Option(help="Context size; a 'length' stop at it counts as context overflow.")
+    ] = None,
+) -> None:
+    """Recompute aggregated_results.json (metrics, error patterns, GRPO signal, alarms) and print it."""
+    out_dir = eval_dir.parent if eval_dir.is_file() else eval_dir
+    with _one_line_errors():
+        write_eval_outputs(
+            out_dir,
+            load_trajectories(eval_dir),
+            reference_dir=reference,
+            ks=k or None,
+            max_input_tokens=max_input_tokens,
+            write_trajectories=False,
+        )
+
+
+def report_command(
+    run_dir: Annotated[Path, typer.Argument(help="Training run directory (metrics.jsonl, eval_*/, summary.json).")],
+    open_browser: Annotated[bool, typer.Option("--open", help="Open report.html in a browser afterwards.")] = False,
+) -> None:
+    """Charts, report.html and a one-screen summary of a run, written to RUN_DIR/report/."""
+    with _one_line_errors():
+        paths = build_report(run_dir)
+    if open_browser:
+        webbrowser.open(paths.html.resolve().as_uri())

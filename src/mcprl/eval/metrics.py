@@ -1,0 +1,114 @@
+"""pass@k, pass^k and the aggregate metrics of an eval (overall, per data source, per complexity)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from mcprl.eval.trajectory import Trajectory, TrajectoryLike, as_trajectories, sort_groups
+
+
+def _check(n: int, c: int, k: int) -> None:
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got n={n}, k={k}; sample at least k times per task")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased P(at least one of k samples succeeds) from n samples with c successes.
+
+    1 - C(n-c, k)/C(n, k) as the product prod_{i=n-c+1..n} (1 - k/i) (Chen et al. 2021),
+    which never forms the huge binomials.
+    """
+    _check(n, c, k)
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """Unbiased P(all k of k samples succeed), pass^k (tau-bench): C(c, k)/C(n, k)."""
+    _check(n, c, k)
+    if c < k:
+        return 0.0
+    return float(np.prod((c - np.arange(k)) / (n - np.arange(k))))
+
+
+def default_ks(trajectories: Sequence[Trajectory]) -> tuple[int, ...]:
+    """(1, K) with K the smallest number of samples any task has."""
+    counts = _samples_per_task(trajectories)
+    k = min((len(v) for v in counts.values()), default=1)
+    return (1,) if k <= 1 else (1, k)
+
+
+def aggregate(
+    trajectories: Iterable[TrajectoryLike],
+    ks: Sequence[int] | None = None,
+    *,
+    max_input_tokens: int | None = None,
+) -> dict[str, Any]:
+    """Metrics overall, by data_source and by complexity.
+
+    pass@k / pass^k average over tasks with at least k samples (None when no task has k).
+    Rates with an empty denominator (no tool calls, no turns) are None, not 0.
+    """
+    trajs = as_trajectories(trajectories)
+    ks = tuple(sorted(set(ks))) if ks else default_ks(trajs)
+    return {
+        "overall": group_metrics(trajs, ks, max_input_tokens),
+        "by_data_source": _by(trajs, lambda t: t.data_source, ks, max_input_tokens),
+        "by_complexity": _by(trajs, lambda t: t.complexity, ks, max_input_tokens),
+        "n_tasks": len(_samples_per_task(trajs)),
+        "n_trajectories": len(trajs),
+        "k": max(ks),
+        "ks": list(ks),
+    }
+
+
+def group_metrics(trajs: Sequence[Trajectory], ks: Sequence[int], max_input_tokens: int | None = None) -> dict:
+    per_task = _samples_per_task(trajs)
+    calls = [c for t in trajs for c in t.tool_calls]
+    turns = [turn for t in trajs for turn in t.turns]
+    out: dict[str, Any] = {"n_tasks": len(per_task), "n_trajectories": len(trajs)}
+    for k in ks:
+        eligible = [(len(s), sum(s)) for s in per_task.values() if len(s) >= k]
+        out[f"pass@{k}"] = _mean([pass_at_k(n, c, k) for n, c in eligible])
+        if k > 1:  # pass^1 is pass@1
+            out[f"pass^{k}"] = _mean([pass_hat_k(n, c, k) for n, c in eligible])
+    out |= {
+        "success_rate": _mean([t.success for t in trajs]),
+        "mean_reward": _mean([t.reward for t in trajs]),
+        "mean_turns": _mean([t.n_turns for t in trajs]),
+        "mean_tool_calls": _mean([len(t.tool_calls) for t in trajs]),
+        "tool_call_rate": _mean([bool(t.tool_calls) for t in trajs]),
+        "tool_error_rate": _mean([c.result is not None and not c.result.ok for c in calls]),
+        "malformed_rate": _mean([turn.kind == "malformed" for turn in turns]),
+        "answer_rate": _mean([t.answered for t in trajs]),
+        "context_overflow_rate": _mean([t.overflowed(max_input_tokens) for t in trajs]),
+        "mean_response_tokens": _mean([t.response_tokens for t in trajs]),
+    }
+    return out
+
+
+def _by(
+    trajs: Sequence[Trajectory], key: Callable[[Trajectory], str], ks: Sequence[int], max_input_tokens: int | None
+) -> dict[str, dict]:
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajs:
+        groups[key(t)].append(t)
+    return {g: group_metrics(groups[g], ks, max_input_tokens) for g in sort_groups(groups)}
+
+
+def _samples_per_task(trajs: Sequence[Trajectory]) -> dict[str, list[bool]]:
+    per_task: dict[str, list[bool]] = defaultdict(list)
+    for t in trajs:
+        per_task[t.task_id].append(t.success)
+    return per_task
+
+
+def _mean(values: Sequence[float | bool]) -> float | None:
+    return float(np.mean(values)) if len(values) else None

@@ -1,0 +1,188 @@
+"""The report's charts. Each function returns a matplotlib Figure, or a short reason why the
+run has no data for it. Figures are built without pyplot, so no GUI backend is ever touched."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+from mcprl.eval.patterns import PATTERNS
+from mcprl.eval.run import RunData
+from mcprl.eval.signal import MIN_SIGNAL_FRACTION
+from mcprl.eval.trajectory import sort_groups
+
+WIDE = (9.0, 3.6)
+GRID = (9.0, 6.0)
+
+
+def reward_success(run: RunData) -> Figure | str:
+    df = run.grpo
+    if not _has(df, "reward_mean", "success_rate"):
+        return "no GRPO steps with reward_mean or success_rate in metrics.jsonl"
+    fig = Figure(figsize=WIDE, layout="constrained")
+    ax_r, ax_s = fig.subplots(1, 2)
+    _curve(ax_r, df, "reward_mean", "reward (mean over batch)", band="reward_std")
+    _curve(ax_s, df, "success_rate", "success rate", ylim=(0, 1))
+    return fig
+
+
+def ppo_health(run: RunData) -> Figure | str:
+    df = run.grpo
+    if not _has(df, "ratio_mean", "kl", "clip_frac"):
+        return "no GRPO steps with ratio_mean, kl or clip_frac in metrics.jsonl"
+    fig = Figure(figsize=GRID, layout="constrained")
+    axes = fig.subplots(2, 2).ravel()
+    _curve(axes[0], df, "ratio_mean", "importance ratio (mean ± std)", band="ratio_std", hline=1.0)
+    _curve(axes[1], df, "kl", "KL to reference")
+    _curve(axes[2], df, "clip_frac", "clip fraction")
+    _curve(
+        axes[3],
+        df,
+        "entropy" if _has(df, "entropy") else "grad_norm",
+        "entropy" if _has(df, "entropy") else "grad norm",
+    )
+    return fig
+
+
+def tool_rates(run: RunData) -> Figure | str:
+    df = run.grpo
+    cols = [c for c in ("tool_success_rate", "tool_timeout_rate", "malformed_rate") if _has(df, c)]
+    if not cols:
+        return "no GRPO steps with tool_success_rate, tool_timeout_rate or malformed_rate in metrics.jsonl"
+    fig = Figure(figsize=WIDE, layout="constrained")
+    ax = fig.subplots()
+    for col in cols:
+        ax.plot(df["step"], df[col], marker="o" if len(df) <= 40 else None, ms=3, label=col.replace("_", " "))
+    ax.set(title="tool calls over training", xlabel="step", ylim=(-0.02, 1.02))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(loc="best", fontsize="small")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def learning_signal(run: RunData) -> Figure | str:
+    df = run.grpo
+    if not _has(df, "frac_prompts_with_signal", "reward_var_per_prompt_mean"):
+        return "no GRPO steps with frac_prompts_with_signal or reward_var_per_prompt_mean in metrics.jsonl"
+    fig = Figure(figsize=WIDE, layout="constrained")
+    ax_f, ax_v = fig.subplots(1, 2)
+    _curve(ax_f, df, "frac_prompts_with_signal", "prompts with reward variance > 0", ylim=(0, 1))
+    ax_f.axhline(MIN_SIGNAL_FRACTION, color="tab:red", ls="--", lw=1, label=f"warning below {MIN_SIGNAL_FRACTION:.0%}")
+    ax_f.legend(loc="best", fontsize="small")
+    _curve(ax_v, df, "reward_var_per_prompt_mean", "reward variance per prompt (mean)")
+    return fig
+
+
+def sft_loss(run: RunData) -> Figure | str:
+    df = run.sft
+    if not _has(df, "sft_loss"):
+        return "no SFT steps in metrics.jsonl"
+    fig = Figure(figsize=WIDE, layout="constrained")
+    _curve(fig.subplots(), df, "sft_loss", "SFT loss")
+    return fig
+
+
+def success_by_complexity(run: RunData) -> Figure | str:
+    if not run.evals:
+        return "no eval_*/ directories in the run"
+    groups = sort_groups({g for r in run.evals.values() for g in r.get("by_complexity", {})})
+    cats = ["overall", *groups]
+    values = {
+        name: [_metric(r["overall"] if c == "overall" else r.get("by_complexity", {}).get(c, {})) for c in cats]
+        for name, r in run.evals.items()
+    }
+    fig = Figure(figsize=WIDE, layout="constrained")
+    ax = fig.subplots()
+    _grouped_bars(ax, cats, values, pct=True)
+    ax.set(title="success (pass@1) by complexity, per eval", ylim=(0, 1.1), ylabel="pass@1")
+    return fig
+
+
+def error_patterns(run: RunData) -> Figure | str:
+    evals = {n: r for n, r in run.evals.items() if "patterns" in r}
+    if not evals:
+        return "no eval with error-pattern counts"
+    values = {n: [r["patterns"]["rates"].get(p) or 0.0 for p in PATTERNS] for n, r in evals.items()}
+    fig = Figure(figsize=(9.0, 4.2), layout="constrained")
+    ax = fig.subplots()
+    _grouped_bars(ax, [p.replace("_", "\n") for p in PATTERNS], values, pct=True)
+    ax.set(title="share of trajectories with each error pattern", ylim=(0, 1.1))
+    ax.tick_params(axis="x", labelsize="small")
+    return fig
+
+
+CHARTS = {
+    "reward_success": ("Reward and success over training", reward_success),
+    "ppo_health": ("PPO health: importance ratio, KL, clipping", ppo_health),
+    "tool_rates": ("Tool-call outcomes over training", tool_rates),
+    "learning_signal": ("GRPO learning signal", learning_signal),
+    "sft_loss": ("SFT loss", sft_loss),
+    "success_by_complexity": ("Success by complexity, before vs after", success_by_complexity),
+    "error_patterns": ("Error patterns per eval", error_patterns),
+}
+
+
+def _has(df: pd.DataFrame, *cols: str) -> bool:
+    return any(c in df and df[c].notna().any() for c in cols)
+
+
+def _curve(
+    ax: Axes,
+    df: pd.DataFrame,
+    col: str,
+    title: str,
+    *,
+    band: str | None = None,
+    ylim: tuple[float, float] | None = None,
+    hline: float | None = None,
+) -> None:
+    """One metric over steps, with a ±band when given and a rolling mean when the curve is long."""
+    ax.set(title=title, xlabel="step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    if col not in df or df[col].isna().all():
+        ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")
+        return
+    d = df[["step", col] + ([band] if band and band in df else [])].dropna(subset=[col])
+    ax.plot(d["step"], d[col], marker="o" if len(d) <= 40 else None, ms=3, lw=1.2, color="tab:blue")
+    if band and band in d and d[band].notna().any():
+        ax.fill_between(d["step"], d[col] - d[band], d[col] + d[band], alpha=0.2, color="tab:blue", lw=0)
+    if len(d) >= 20:
+        window = max(3, len(d) // 10)
+        ax.plot(
+            d["step"],
+            d[col].rolling(window, min_periods=1, center=True).mean(),
+            color="tab:orange",
+            lw=2,
+            label=f"rolling mean ({window})",
+        )
+        ax.legend(loc="best", fontsize="small")
+    if hline is not None:
+        ax.axhline(hline, color="gray", ls="--", lw=1)
+    if ylim is not None:
+        ax.set_ylim(*(ylim[0] - 0.02, ylim[1] + 0.02))
+
+
+def _grouped_bars(ax: Axes, cats: Sequence[str], values: dict[str, list[float | None]], *, pct: bool) -> None:
+    x = np.arange(len(cats))
+    width = 0.8 / max(1, len(values))
+    for i, (name, vals) in enumerate(values.items()):
+        heights = [np.nan if v is None else v for v in vals]
+        bars = ax.bar(x + (i - (len(values) - 1) / 2) * width, heights, width, label=name)
+        labels = ["" if np.isnan(h) else (f"{h:.0%}" if pct else f"{h:.2f}") for h in heights]
+        ax.bar_label(bars, labels=labels, fontsize="x-small", padding=1)
+    ax.set_xticks(x, cats)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+    if pct:
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _metric(group: dict) -> float | None:
+    value = group.get("pass@1", group.get("success_rate"))
+    return None if value is None else float(value)
