@@ -1,0 +1,317 @@
+"""Rule-based per-step reward: shaping for good tool use plus a verifiable outcome reward.
+
+A step is scored in three stages that the LLM judge reuses:
+
+1. `observe` records what the step did (call made, sequence pointer, tools that succeeded, answer
+   correctness) in the episode's `RewardState` and returns the facts;
+2. `shaping_components` / `outcome_components` turn the facts into named contributions;
+3. `settle` caps the episode's shaping (positive total <= ``shaping_cap``, negative total >=
+   ``-penalty_cap``), clips the step to [-1, 1] and records the caps as components, so the
+   components of a step always sum to its ``total_reward``.
+
+Because shaping is capped and ``solved - penalty_cap > shaping_cap``, a solved episode always
+returns more than any unsolved one (checked when `HeuristicWeights` is built).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from mcprl.envs.parsing import ParsedAction, canonical_json, parse_action
+from mcprl.rewards.answers import ABS_TOL, REL_TOL, answer_matches
+
+STEP_MIN, STEP_MAX = -1.0, 1.0
+OUTCOME_COMPONENTS = frozenset({"solved", "wrong_answer", "ungrounded_answer", "premature_answer"})
+_REWARDS = (
+    "tool_allowed", "first_call", "sequence_step", "tool_ok", "solved",
+    "shaping_cap", "penalty_cap", "rel_tol", "abs_tol",
+)  # fmt: skip
+_PENALTIES = (
+    "malformed", "unknown_tool", "disallowed_tool", "timeout", "invalid_arguments", "tool_error",
+    "server_error", "repeated_call", "no_action", "wrong_answer", "premature_answer", "ungrounded_answer",
+)  # fmt: skip
+_ERROR_TYPES = ("invalid_arguments", "unknown_tool", "timeout", "server_error", "tool_error")
+
+
+@dataclass(frozen=True)
+class HeuristicWeights:
+    """Every reward weight and threshold of the heuristic (see docs/rewards.md for the table)."""
+
+    tool_allowed: float = 0.2  # the called tool exists and is in the task's allowed list
+    first_call: float = 0.4  # the episode's first call is success.must_call_tool
+    sequence_step: float = 0.2  # the call succeeded and is the next expected tool_sequence step
+    tool_ok: float = 0.1  # the tool returned ok
+    malformed: float = -0.2  # a recognised but unparseable call
+    unknown_tool: float = -0.2  # the tool does not exist
+    disallowed_tool: float = -0.2  # the tool exists but is not in gt["allowed_tools"]
+    timeout: float = -0.2  # the call timed out
+    invalid_arguments: float = -0.1  # the arguments failed the tool's schema
+    tool_error: float = -0.05  # the tool ran and reported an error
+    server_error: float = 0.0  # the server failed; not the model's fault
+    repeated_call: float = 0.0  # same name and arguments as an earlier call (never earns shaping)
+    no_action: float = -0.05  # prose with neither a call nor an answer
+    solved: float = 1.0  # correct answer, or (answer-free task) every tool_sequence step done
+    wrong_answer: float = -0.3  # an answer that does not match gt["answer"]
+    premature_answer: float = -0.3  # an answer to an answer-free task before its steps are done
+    ungrounded_answer: float = 0.0  # a correct answer before the required tools were called ok
+    shaping_cap: float = 0.5  # most positive shaping an episode can earn
+    penalty_cap: float = 0.4  # most negative shaping an episode can accumulate
+    require_grounding: bool = True  # a correct answer counts only after must_call tool(s) returned ok
+    rel_tol: float = REL_TOL  # numeric answers: relative tolerance
+    abs_tol: float = ABS_TOL  # numeric answers: absolute tolerance
+
+    def __post_init__(self) -> None:
+        for name in _REWARDS:
+            if getattr(self, name) < 0:
+                raise ValueError(f"reward weight {name}={getattr(self, name)} must be >= 0")
+        for name in _PENALTIES:
+            if getattr(self, name) > 0:
+                raise ValueError(f"penalty weight {name}={getattr(self, name)} must be <= 0")
+        if not 0 < self.solved <= STEP_MAX:
+            raise ValueError(f"solved={self.solved} must be in (0, 1]: a step reward is clipped to [-1, 1]")
+        if self.solved - self.penalty_cap <= self.shaping_cap:
+            raise ValueError(
+                f"solved - penalty_cap ({self.solved} - {self.penalty_cap}) must exceed shaping_cap "
+                f"({self.shaping_cap}), or an unsolved episode could out-earn a solved one; "
+                "lower shaping_cap or penalty_cap"
+            )
+
+
+@dataclass
+class RewardState:
+    """What one episode has done so far; create one per episode."""
+
+    calls: list[tuple[str, str]] = field(default_factory=list)  # (name, canonical arguments)
+    ok_tools: list[str] = field(default_factory=list)  # tools that returned ok, in call order
+    next_step: int = 0  # index of the next expected tool_sequence step
+    first_call_done: bool = False
+    positive_shaping: float = 0.0
+    negative_shaping: float = 0.0
+    solved: bool = False
+    steps: int = 0
+    episode_return: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    """What one step did, as the reward sees it."""
+
+    kind: str
+    name: str | None = None
+    exists: bool = False
+    allowed: bool = False
+    repeated: bool = False
+    first_call_correct: bool = False
+    sequence_matched: bool = False
+    ok: bool = False
+    error_type: str | None = None
+    answer_correct: bool | None = None  # None: no answer, or nothing to check it against
+    grounded: bool = False
+    premature: bool = False
+    solved_now: bool = False
+
+
+def reward_heuristic(
+    action: ParsedAction | str,
+    tool_name: str | None,
+    tool_result: dict[str, Any] | None,
+    gt: dict[str, Any],
+    state: RewardState,
+    weights: HeuristicWeights = HeuristicWeights(),
+) -> dict[str, Any]:
+    """Score one step: ``{"total_reward", "components", "task_complete"}``; updates `state`."""
+    facts = observe(action, tool_name, tool_result, gt, state, weights)
+    components = {**shaping_components(facts, weights), **outcome_components(facts, weights)}
+    return settle(components, state, weights)
+
+
+def observe(
+    action: ParsedAction | str,
+    tool_name: str | None,
+    tool_result: dict[str, Any] | None,
+    gt: dict[str, Any],
+    state: RewardState,
+    weights: HeuristicWeights = HeuristicWeights(),
+) -> StepFacts:
+    """Record the step in `state` (calls, sequence pointer, solved) and return what it did."""
+    if not isinstance(action, ParsedAction):
+        action = parse_action(action)
+    gt = gt if isinstance(gt, dict) else {}
+    state.steps += 1
+    if action.kind == "tool_call":
+        facts = _observe_call(action, tool_name or action.name or "", tool_result, gt, state)
+    elif action.kind == "answer":
+        facts = _observe_answer(action.answer or "", gt, state, weights)
+    else:
+        facts = StepFacts(kind=action.kind)
+    if facts.solved_now:
+        state.solved = True
+    return facts
+
+
+def shaping_components(facts: StepFacts, weights: HeuristicWeights) -> dict[str, float]:
+    """Named shaping contributions of one step (before the episode caps)."""
+    if facts.kind == "malformed":
+        return {"malformed": weights.malformed}
+    if facts.kind == "none":
+        return {"no_action": weights.no_action}
+    if facts.kind != "tool_call":
+        return {}
+    parts: dict[str, float] = {}
+    if facts.repeated:
+        parts["repeated_call"] = weights.repeated_call
+    else:
+        if facts.allowed:
+            parts["tool_allowed"] = weights.tool_allowed
+        if facts.first_call_correct:
+            parts["first_call"] = weights.first_call
+        if facts.sequence_matched:
+            parts["sequence_step"] = weights.sequence_step
+        if facts.ok:
+            parts["tool_ok"] = weights.tool_ok
+    if facts.exists and not facts.allowed:
+        parts["disallowed_tool"] = weights.disallowed_tool
+    if facts.error_type in _ERROR_TYPES:
+        parts[facts.error_type] = getattr(weights, facts.error_type)
+    return parts
+
+
+def outcome_components(facts: StepFacts, weights: HeuristicWeights) -> dict[str, float]:
+    """The uncapped outcome part of one step: solved, or a wrong/ungrounded/premature answer."""
+    if facts.solved_now:
+        return {"solved": weights.solved}
+    if facts.premature:
+        return {"premature_answer": weights.premature_answer}
+    if facts.answer_correct is True and not facts.grounded:
+        return {"ungrounded_answer": weights.ungrounded_answer}
+    if facts.answer_correct is False:
+        return {"wrong_answer": weights.wrong_answer}
+    return {}
+
+
+def settle(components: dict[str, float], state: RewardState, weights: HeuristicWeights) -> dict[str, Any]:
+    """Apply the episode caps and the [-1, 1] clip; components then sum to ``total_reward``."""
+    parts = dict(components)
+    shaping = [v for k, v in parts.items() if k not in OUTCOME_COMPONENTS]
+    positive, negative = sum(v for v in shaping if v > 0), sum(v for v in shaping if v < 0)
+    granted_pos = min(positive, max(0.0, weights.shaping_cap - state.positive_shaping))
+    granted_neg = max(negative, min(0.0, -weights.penalty_cap - state.negative_shaping))
+    if granted_pos < positive:
+        parts["shaping_cap"] = granted_pos - positive
+    if granted_neg > negative:
+        parts["penalty_cap"] = granted_neg - negative
+    state.positive_shaping += granted_pos
+    state.negative_shaping += granted_neg
+    raw = float(sum(parts.values()))
+    total = min(STEP_MAX, max(STEP_MIN, raw))
+    if total != raw:
+        parts["clip"] = total - raw
+    state.episode_return += total
+    return {"total_reward": total, "components": parts, "task_complete": state.solved}
+
+
+def names_match(called: str, expected: str | None, server: str | None = None) -> bool:
+    """Whether a called name (``tool`` or ``server.tool``) is the expected tool (of `server`)."""
+    if not isinstance(expected, str) or not expected:
+        return False
+    called_server, called_tool = _split_name(called)
+    expected_server, expected_tool = _split_name(expected)
+    server = server if isinstance(server, str) and server else expected_server
+    if called_tool != expected_tool:
+        return False
+    return not (server and called_server and server != called_server)
+
+
+def required_tools(gt: dict[str, Any]) -> list[str]:
+    """The tools ``success`` says must be called: must_call_tool plus must_call_tools."""
+    success = _success(gt)
+    many = success.get("must_call_tools")
+    names = [success.get("must_call_tool"), *(many if isinstance(many, list) else [])]
+    return list(dict.fromkeys(n for n in names if isinstance(n, str) and n))
+
+
+def _observe_call(
+    action: ParsedAction, name: str, result: dict[str, Any] | None, gt: dict[str, Any], state: RewardState
+) -> StepFacts:
+    result = result if isinstance(result, dict) else None
+    ok = bool(result and result.get("ok") is True)
+    error_type = None if result is None or ok else str(result.get("error_type") or "tool_error")
+    exists = result is not None and error_type != "unknown_tool"
+    allowed_list = gt.get("allowed_tools")
+    listed = not isinstance(allowed_list, list) or any(names_match(name, a) for a in allowed_list if isinstance(a, str))
+    call = (name, canonical_json(action.arguments or {}))
+    repeated = call in state.calls
+    state.calls.append(call)
+
+    success = _success(gt)
+    first_call_correct = not state.first_call_done and names_match(name, success.get("must_call_tool"))
+    state.first_call_done = True
+
+    sequence = _sequence(gt)
+    matched = False
+    if ok and state.next_step < len(sequence):
+        step = sequence[state.next_step]
+        matched = names_match(name, step.get("tool"), step.get("server"))
+        state.next_step += matched
+    if ok:
+        state.ok_tools.append(name)
+    finished = matched and state.next_step == len(sequence)
+    answer_free = gt.get("answer") is None and not success.get("answer_required")
+    return StepFacts(
+        kind="tool_call",
+        name=name,
+        exists=exists,
+        allowed=exists and listed,
+        repeated=repeated,
+        first_call_correct=first_call_correct,
+        sequence_matched=matched,
+        ok=ok,
+        error_type=error_type,
+        solved_now=finished and answer_free and not state.solved,
+    )
+
+
+def _observe_answer(answer: str, gt: dict[str, Any], state: RewardState, weights: HeuristicWeights) -> StepFacts:
+    expected = gt.get("answer")
+    grounded = not weights.require_grounding or all(
+        any(names_match(called, tool) for called in state.ok_tools) for tool in required_tools(gt)
+    )
+    if expected is None:
+        steps_done = _sequence_done(gt, state)
+        answer_required = bool(_success(gt).get("answer_required"))
+        return StepFacts(
+            kind="answer",
+            grounded=grounded,
+            premature=not steps_done and not state.solved,
+            solved_now=answer_required and steps_done and not state.solved,
+        )
+    correct = answer_matches(
+        answer, expected, rel_tol=weights.rel_tol, abs_tol=weights.abs_tol, ordered=bool(gt.get("answer_ordered"))
+    )
+    return StepFacts(
+        kind="answer",
+        answer_correct=correct,
+        grounded=grounded,
+        solved_now=correct and grounded and not state.solved,
+    )
+
+
+def _sequence_done(gt: dict[str, Any], state: RewardState) -> bool:
+    sequence = _sequence(gt)
+    return bool(sequence) and state.next_step >= len(sequence)
+
+
+def _success(gt: dict[str, Any]) -> dict[str, Any]:
+    success = gt.get("success")
+    return success if isinstance(success, dict) else {}
+
+
+def _sequence(gt: dict[str, Any]) -> list[dict[str, Any]]:
+    sequence = gt.get("tool_sequence")
+    return [s for s in sequence if isinstance(s, dict)] if isinstance(sequence, list) else []
+
+
+def _split_name(name: str) -> tuple[str | None, str]:
+    server, dot, tool = name.strip().rpartition(".")
+    return (server or None, tool) if dot else (None, name.strip())

@@ -1,0 +1,268 @@
+"""Heuristic reward: each component, caps, repeated calls, outcomes and the solved > unsolved order."""
+
+import math
+import random
+
+import pytest
+
+from mcprl.envs.parsing import format_answer, format_tool_call, parse_action
+from mcprl.rewards.heuristic import HeuristicWeights, RewardState, names_match, required_tools, reward_heuristic
+
+OK = {"ok": True, "data": {"price": 187.42}, "latency_ms": 2.0}
+
+
+def err(error_type):
+    return {"ok": False, "error": "failed", "error_type": error_type, "latency_ms": 1.0}
+
+
+def quote_task(**overrides):
+    gt = {
+        "task_id": "finance-001",
+        "complexity": "medium",
+        "max_turns": 5,
+        "success": {"must_call_tool": "get_last_quote"},
+        "tool_sequence": [
+            {"step": 1, "server": "polygon", "tool": "get_last_quote", "params": {"ticker": "AAPL"}},
+            {"step": 2, "server": "python", "tool": "run_python", "params": {"code": "..."}},
+        ],
+        "limits": {"max_servers": 2, "max_tools": 3},
+        "answer": "187.42",
+        "allowed_tools": ["get_last_quote", "run_python", "get_news"],
+    }
+    gt.update(overrides)
+    return gt
+
+
+def step(gt, state, text, result=None, weights=HeuristicWeights(), tool_name=None):
+    out = reward_heuristic(text, tool_name, result, gt, state, weights)
+    assert math.isclose(sum(out["components"].values()), out["total_reward"], abs_tol=1e-9)
+    assert -1.0 <= out["total_reward"] <= 1.0
+    return out
+
+
+def quote_call(ticker="AAPL", name="get_last_quote"):
+    return format_tool_call(name, {"ticker": ticker})
+
+
+def test_first_correct_call_earns_every_shaping_component_up_to_the_cap():
+    out = step(quote_task(), state := RewardState(), quote_call(), OK)
+    c = out["components"]
+    assert (c["tool_allowed"], c["first_call"], c["sequence_step"], c["tool_ok"]) == (0.2, 0.4, 0.2, 0.1)
+    assert out["total_reward"] == pytest.approx(0.5)
+    assert c["shaping_cap"] == pytest.approx(-0.4)
+    assert not out["task_complete"] and state.next_step == 1 and state.positive_shaping == pytest.approx(0.5)
+
+
+def test_components_without_the_cap():
+    weights = HeuristicWeights(shaping_cap=0.55, penalty_cap=0.4)
+    state = RewardState()
+    first = step(quote_task(), state, format_tool_call("get_news", {"q": "apple"}), OK, weights)["components"]
+    assert first == {"tool_allowed": 0.2, "tool_ok": 0.1}  # not must_call_tool, not the next step
+    second = step(quote_task(), state, quote_call(), OK, weights)["components"]
+    assert "first_call" not in second and second["sequence_step"] == 0.2  # first call already happened
+    assert state.next_step == 1
+
+
+def test_sequence_pointer_needs_order_success_and_server():
+    state = RewardState()
+    gt = quote_task()
+    step(gt, state, format_tool_call("run_python", {"code": "1"}), OK)  # step 2 before step 1
+    assert state.next_step == 0
+    step(gt, state, quote_call(), err("invalid_arguments"))  # right tool, failed
+    assert state.next_step == 0
+    step(gt, state, quote_call(name="yahoo.get_last_quote"), OK)  # wrong server
+    assert state.next_step == 0
+    step(gt, state, quote_call(name="polygon.get_last_quote"), OK)
+    step(gt, state, format_tool_call("run_python", {"code": "2"}), OK)
+    assert state.next_step == 2
+
+
+@pytest.mark.parametrize(
+    "result, component, value",
+    [
+        (err("unknown_tool"), "unknown_tool", -0.2),
+        (err("timeout"), "timeout", -0.2),
+        (err("invalid_arguments"), "invalid_arguments", -0.1),
+        (err("tool_error"), "tool_error", -0.05),
+    ],
+)
+def test_tool_failures_are_penalised(result, component, value):
+    weights = HeuristicWeights(first_call=0.0)
+    out = step(quote_task(), RewardState(), quote_call(), result, weights)
+    assert out["components"][component] == value
+    assert "tool_ok" not in out["components"] and "sequence_step" not in out["components"]
+    assert ("tool_allowed" in out["components"]) is (component != "unknown_tool")
+
+
+def test_tool_outside_allowed_list_is_penalised_and_absent_list_allows_all():
+    call = format_tool_call("delete_everything", {})
+    out = step(quote_task(), RewardState(), call, OK)
+    assert out["components"]["disallowed_tool"] == -0.2 and "tool_allowed" not in out["components"]
+    refused = step(quote_task(), RewardState(), call, err("disallowed_tool"))  # the env refused to run it
+    assert refused["components"] == {"disallowed_tool": -0.2}
+    gt = quote_task()
+    del gt["allowed_tools"]
+    assert step(gt, RewardState(), call, OK)["components"]["tool_allowed"] == 0.2
+
+
+def test_malformed_and_prose_are_penalised():
+    assert step(quote_task(), RewardState(), '<tool_call>{"name": }</tool_call>')["components"] == {"malformed": -0.2}
+    assert step(quote_task(), RewardState(), "Hmm, let me think.")["components"] == {"no_action": -0.05}
+    parsed = parse_action('<tool_call>{"name": 1}</tool_call>')
+    assert step(quote_task(), RewardState(), parsed)["total_reward"] == pytest.approx(-0.2)
+
+
+def test_penalties_are_capped_per_episode():
+    state = RewardState()
+    totals = [step(quote_task(), state, "<tool_call>oops</tool_call>")["total_reward"] for _ in range(5)]
+    assert totals[:2] == pytest.approx([-0.2, -0.2])
+    assert totals[2:] == pytest.approx([0.0, 0.0, 0.0])
+    assert state.negative_shaping == pytest.approx(-0.4)
+
+
+def test_shaping_cannot_be_farmed():
+    state = RewardState()
+    total = sum(
+        step(quote_task(), state, format_tool_call("get_news", {"q": f"apple {i}"}), OK)["total_reward"] for i in range(20)
+    )
+    assert total == pytest.approx(HeuristicWeights().shaping_cap)
+    assert not state.solved
+
+
+def test_repeated_identical_calls_earn_no_positive_shaping():
+    weights = HeuristicWeights(shaping_cap=0.55, penalty_cap=0.4, repeated_call=-0.05)
+    state = RewardState()
+    gt = quote_task()
+    step(gt, state, format_tool_call("get_news", {"q": "apple", "n": 1}), OK, weights)
+    again = step(gt, state, '{"tool": "get_news", "arguments": {"n": 1, "q": "apple"}}', OK, weights)
+    assert again["components"] == {"repeated_call": -0.05}
+    different = step(gt, state, format_tool_call("get_news", {"q": "apple", "n": 2}), OK, weights)
+    assert different["total_reward"] > 0
+
+
+def test_correct_answer_solves_after_the_required_tool():
+    state = RewardState()
+    step(quote_task(), state, quote_call(), OK)
+    out = step(quote_task(), state, format_answer("$187.42"))
+    assert out["components"] == {"solved": 1.0} and out["task_complete"]
+    assert state.episode_return == pytest.approx(1.5)
+
+
+def test_wrong_answer_is_penalised():
+    state = RewardState()
+    step(quote_task(), state, quote_call(), OK)
+    out = step(quote_task(), state, format_answer("150.00"))
+    assert out["components"] == {"wrong_answer": -0.3} and not out["task_complete"]
+
+
+def test_correct_answer_without_the_required_tool_is_not_a_solve():
+    out = step(quote_task(), RewardState(), format_answer("187.42"))
+    assert out["components"] == {"ungrounded_answer": 0.0} and not out["task_complete"]
+    relaxed = HeuristicWeights(require_grounding=False)
+    assert step(quote_task(), RewardState(), format_answer("187.42"), weights=relaxed)["task_complete"]
+
+
+def test_every_must_call_tool_is_required():
+    gt = quote_task(success={"must_call_tool": "get_last_quote", "must_call_tools": ["get_last_quote", "run_python"]})
+    assert required_tools(gt) == ["get_last_quote", "run_python"]
+    state = RewardState()
+    step(gt, state, quote_call(), OK)
+    step(gt, state, format_tool_call("run_python", {"code": "x"}), err("timeout"))
+    assert not step(gt, state, format_answer("187.42"))["task_complete"]
+
+
+def action_task():
+    return quote_task(answer=None, success={"must_call_tool": "get_last_quote"})
+
+
+def test_answer_free_task_is_solved_by_the_last_sequence_step():
+    state = RewardState()
+    gt = action_task()
+    assert not step(gt, state, quote_call(), OK)["task_complete"]
+    out = step(gt, state, format_tool_call("run_python", {"code": "x"}), OK)
+    assert out["task_complete"] and out["components"]["solved"] == 1.0 and out["total_reward"] == 1.0
+    later = step(gt, state, format_answer("done"))
+    assert later["task_complete"] and later["total_reward"] == 0.0
+
+
+def test_answer_free_task_answered_early_is_premature():
+    out = step(action_task(), RewardState(), format_answer("done"))
+    assert out["components"] == {"premature_answer": -0.3} and not out["task_complete"]
+
+
+def test_answer_required_without_expected_answer_solves_on_the_answer():
+    gt = quote_task(answer=None, success={"must_call_tool": "get_last_quote", "answer_required": True})
+    state = RewardState()
+    step(gt, state, quote_call(), OK)
+    assert not step(gt, state, format_tool_call("run_python", {"code": "x"}), OK)["task_complete"]
+    assert step(gt, state, format_answer("posted"))["components"] == {"solved": 1.0}
+
+
+def test_solved_beats_unsolved_at_the_extremes():
+    w = HeuristicWeights()
+    assert w.shaping_cap + w.wrong_answer < w.solved - w.penalty_cap
+    best_unsolved = RewardState()
+    for i in range(6):
+        step(quote_task(), best_unsolved, format_tool_call("get_news", {"q": str(i)}), OK)
+    step(quote_task(), best_unsolved, quote_call(), OK)
+    worst_solved = RewardState()
+    for _ in range(4):
+        step(quote_task(), worst_solved, "<tool_call>{</tool_call>")
+    step(quote_task(), worst_solved, quote_call(), OK)
+    step(quote_task(), worst_solved, format_answer("187.42"))
+    assert worst_solved.solved and not best_unsolved.solved
+    assert worst_solved.episode_return > best_unsolved.episode_return
+
+
+def test_solved_beats_unsolved_over_random_episodes():
+    rng = random.Random(7)
+    pool = [
+        (quote_call(), OK),
+        (quote_call("MSFT"), OK),
+        (format_tool_call("run_python", {"code": "x"}), OK),
+        (format_tool_call("get_news", {"q": "x"}), err("timeout")),
+        (format_tool_call("nope", {}), err("unknown_tool")),
+        (format_tool_call("delete", {}), OK),
+        ("<tool_call>{bad", None),
+        ("thinking...", None),
+    ]
+    returns = {True: [], False: []}
+    for gt in (quote_task(), action_task()):
+        for _ in range(400):
+            state = RewardState()
+            for _ in range(rng.randrange(0, 6)):
+                text, result = rng.choice(pool)
+                step(gt, state, text, result)
+            if not state.solved and rng.random() < 0.7:
+                step(gt, state, format_answer(rng.choice(["187.42", "12", "done"])))
+            returns[state.solved].append(state.episode_return)
+    assert returns[True] and returns[False]
+    assert min(returns[True]) > max(returns[False])
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"shaping_cap": 0.7}, "must exceed shaping_cap"),
+        ({"solved": 1.5}, "must be in \\(0, 1\\]"),
+        ({"malformed": 0.2}, "must be <= 0"),
+        ({"tool_ok": -0.1}, "must be >= 0"),
+    ],
+)
+def test_weights_are_validated(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        HeuristicWeights(**kwargs)
+
+
+def test_names_match_plain_and_qualified():
+    assert names_match("get_last_quote", "get_last_quote", "polygon")
+    assert names_match("polygon.get_last_quote", "get_last_quote", "polygon")
+    assert names_match("polygon.get_last_quote", "polygon.get_last_quote")
+    assert not names_match("yahoo.get_last_quote", "get_last_quote", "polygon")
+    assert not names_match("get_news", "get_last_quote")
+    assert not names_match("get_news", None)
+
+
+def test_env_resolved_tool_name_is_used():
+    out = step(quote_task(), RewardState(), quote_call(), OK, tool_name="polygon.get_last_quote")
+    assert out["components"]["sequence_step"] == 0.2
