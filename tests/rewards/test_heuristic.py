@@ -82,7 +82,7 @@ def test_sequence_pointer_needs_order_success_and_server():
     [
         (err("unknown_tool"), "unknown_tool", -0.2),
         (err("timeout"), "timeout", -0.2),
-        (err("invalid_arguments"), "invalid_arguments", -0.1),
+        (err("invalid_arguments"), "invalid_arguments", -0.3),
         (err("tool_error"), "tool_error", -0.05),
     ],
 )
@@ -266,3 +266,8 @@ def test_names_match_plain_and_qualified():
 def test_env_resolved_tool_name_is_used():
     out = step(quote_task(), RewardState(), quote_call(), OK, tool_name="polygon.get_last_quote")
     assert out["components"]["sequence_step"] == 0.2
+
+
+def test_invalid_arguments_never_net_positive():
+    out = step(quote_task(), RewardState(), quote_call(), err("invalid_arguments"), HeuristicWeights(first_call=0.0))
+    assert out["total_reward"] < 0

@@ -46,7 +46,7 @@ class HeuristicWeights:
     unknown_tool: float = -0.2  # the tool does not exist
     disallowed_tool: float = -0.2  # the tool exists but is not in gt["allowed_tools"]
     timeout: float = -0.2  # the call timed out
-    invalid_arguments: float = -0.1  # the arguments failed the tool's schema
+    invalid_arguments: float = -0.3  # the arguments failed the tool's schema (nets negative with tool_allowed)
     tool_error: float = -0.05  # the tool ran and reported an error
     server_error: float = 0.0  # the server failed; not the model's fault
     repeated_call: float = 0.0  # same name and arguments as an earlier call (never earns shaping)

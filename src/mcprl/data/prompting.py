@@ -1,0 +1,60 @@
+"""The system prompt: tool-use policy plus a compact tool list rendered from live `list_tools`.
+
+Small models on CPU pay for every prompt token, so each tool is one line: name, typed parameters
+(optional ones marked `?`), and the first sentence of its description.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Literal
+
+from mcprl.tools.manager import ToolInfo
+
+Style = Literal["hermes", "json"]
+
+
+def tool_signature(info: ToolInfo) -> str:
+    props: dict[str, Any] = info.input_schema.get("properties", {})
+    required = set(info.input_schema.get("required", []))
+    params = ", ".join(f"{name}{'' if name in required else '?'}: {_type_name(schema)}"
+                       for name, schema in props.items())
+    summary = info.description.strip().split("\n")[0].split(". ")[0].rstrip(".")
+    return f"- {info.name}({params}): {summary}" if summary else f"- {info.name}({params})"
+
+
+def _type_name(schema: dict[str, Any]) -> str:
+    if "type" in schema:
+        t = schema["type"]
+        if t == "array":
+            return f"list[{_type_name(schema.get('items', {}))}]"
+        return "|".join(t) if isinstance(t, list) else str(t)
+    options = schema.get("anyOf") or schema.get("oneOf")
+    if options:
+        return "|".join(_type_name(o) for o in options if o.get("type") != "null")
+    return "any"
+
+
+def call_example(style: Style) -> str:
+    if style == "json":
+        return '{"tool": "NAME", "arguments": {...}}'
+    return '<tool_call>{"name": "NAME", "arguments": {...}}</tool_call>'
+
+
+def system_prompt(tools: Iterable[ToolInfo], *, style: Style = "hermes", answer_tag: str = "answer") -> str:
+    lines = "\n".join(tool_signature(t) for t in tools)
+    return (
+        "You solve the user's task by calling tools, one call per turn, then giving the final answer.\n"
+        f"Call a tool with: {call_example(style)}\n"
+        f"Tool results come back in <tool_response>. When done, reply <{answer_tag}>FINAL ANSWER</{answer_tag}>.\n"
+        f"Tools:\n{lines}"
+    )
+
+
+def tool_response(result: dict[str, Any], max_chars: int = 1500) -> str:
+    """What the model sees after a call, in training data and at run time alike."""
+    payload = result.get("data") if result.get("ok") else {"error": result.get("error", "unknown error")}
+    text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    if len(text) > max_chars:
+        text = f"{text[:max_chars]}…[truncated]"
+    return f"<tool_response>\n{text}\n</tool_response>"

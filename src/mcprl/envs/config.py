@@ -1,0 +1,36 @@
+"""Environment settings, from SkyRL's `env_config` (a dict or OmegaConf node) or the training YAML."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+
+@dataclass
+class EnvConfig:
+    servers_config: str | None = None  # servers YAML; None: mcprl's five servers over stdio
+    tool_mode: Literal["live", "record", "replay"] = "live"
+    recording: str | None = None  # record/replay file
+    tool_timeout_s: float = 10.0
+    observation_role: Literal["user", "tool"] = "user"  # "tool" only if the chat template knows the role
+    answer_tag: str = "answer"
+    formats: tuple[str, ...] = ("hermes", "json", "xml")
+    max_turns: int | None = None  # default: the task's ground_truth.max_turns
+    max_observation_chars: int = 1500
+    done_on_success: bool = True  # end as soon as the task's success criteria are met
+    reward_backend: Literal["heuristic", "llm_judge"] = "heuristic"
+    reward_weights: dict[str, Any] = field(default_factory=dict)  # HeuristicWeights overrides
+    judge: dict[str, Any] = field(default_factory=dict)  # JudgeConfig fields
+
+    @classmethod
+    def from_any(cls, raw: Any) -> EnvConfig:
+        if isinstance(raw, EnvConfig):
+            return raw
+        data = dict(raw or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown env_config keys {unknown}; known: {sorted(known)}")
+        if "formats" in data:
+            data["formats"] = tuple(data["formats"])
+        return cls(**data)

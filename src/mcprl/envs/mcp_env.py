@@ -1,0 +1,188 @@
+"""MCPToolEnv: the skyrl_gym environment where the agent meets MCP tools.
+
+One episode = one task sample. Each `step` parses the model's turn, runs at most one tool call
+through the MCPToolGroup (servers are shared per process and started once), scores it, and returns
+the tool result as the next observation. It never raises: one exception inside SkyRL's generator
+would abort the whole batch, so every failure becomes an error observation with a penalty.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+
+from mcprl.data.prompting import call_example, tool_response
+from mcprl.envs.config import EnvConfig
+from mcprl.envs.parsing import ParsedAction, parse_action
+from mcprl.envs.tool_group import GROUP_NAME, MCPToolGroup
+from mcprl.rewards.heuristic import HeuristicWeights, RewardState, names_match, reward_heuristic
+from mcprl.tools.sync import shared_tool_manager
+
+log = logging.getLogger(__name__)
+INTERNAL_ERROR_PENALTY = -0.2
+_COUNTERS = ("tool_calls", "tool_ok", "tool_timeouts", "tool_errors", "unknown_tool", "invalid_arguments",
+             "malformed", "no_action")
+
+
+def ground_truth(extras: dict[str, Any]) -> dict[str, Any]:
+    """`reward_spec.ground_truth`, whether SkyRL hands it over as a dict or (from parquet) a JSON string."""
+    spec = extras.get("reward_spec") or {}
+    if isinstance(spec, str):
+        spec = json.loads(spec)
+    gt = spec.get("ground_truth") or {}
+    return json.loads(gt) if isinstance(gt, str) else dict(gt)
+
+
+class MCPToolEnv(BaseTextEnv):
+    def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.cfg = EnvConfig.from_any(_plain(env_config))
+        extras = dict(extras or {})
+        self.gt = ground_truth(extras)
+        info = extras.get("extra_info") or {}
+        self.extra_info = json.loads(info) if isinstance(info, str) else dict(info)
+        limits = [t for t in (self.cfg.max_turns, self.gt.get("max_turns"), extras.get("max_turns")) if t]
+        self.max_turns = int(min(limits)) if limits else 5
+        self.weights = HeuristicWeights(**self.cfg.reward_weights)
+        self.tools = shared_tool_manager(self.cfg.servers_config, mode=self.cfg.tool_mode,
+                                         recording=self.cfg.recording)
+        self.group = MCPToolGroup(self.tools, timeout=self.cfg.tool_timeout_s)
+        self.init_tool_groups([self.group])
+        self.reward_state = RewardState()
+        self.history: list[dict[str, str]] = []
+        self.trace: list[dict[str, Any]] = []
+        self.counts = dict.fromkeys(_COUNTERS, 0)
+        self.answered = False
+        self.success = False
+        self.episode_reward = 0.0
+
+    @property
+    def task_id(self) -> str:
+        return str(self.gt.get("task_id", ""))
+
+    def init(self, prompt: list[dict[str, str]]) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        self.history = [dict(m) for m in prompt]
+        return prompt, {"task_id": self.task_id, "complexity": self.gt.get("complexity"),
+                        "max_turns": self.max_turns}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        try:
+            return self._step(action)
+        except Exception as e:  # noqa: BLE001 - see module docstring
+            log.exception("MCPToolEnv.step failed on task %s", self.task_id)
+            self.turns = max(self.turns, 1)
+            done = self.turns >= self.max_turns
+            message = f"<tool_response>\n{{\"error\": \"environment error: {type(e).__name__}\"}}\n</tool_response>"
+            return BaseTextEnvStepOutput(observations=[] if done else [self._message(message)],
+                                         reward=INTERNAL_ERROR_PENALTY, done=done,
+                                         metadata={"task_id": self.task_id, "env_error": repr(e)})
+
+    def _step(self, action: str) -> BaseTextEnvStepOutput:
+        self.turns += 1
+        action = action if isinstance(action, str) else str(action)
+        self.history.append({"role": "assistant", "content": action})
+        parsed = parse_action(action, answer_tag=self.cfg.answer_tag, formats=self.cfg.formats)
+        result: dict[str, Any] | None = None
+        observation = None
+        if parsed.kind == "tool_call":
+            result = self._call(parsed)
+            observation = tool_response(result, self.cfg.max_observation_chars)
+        elif parsed.kind == "malformed":
+            observation = tool_response({"ok": False, "error": f"malformed tool call: {parsed.error}. "
+                                                               f"Use {call_example('hermes')}"})
+        elif parsed.kind == "none":
+            observation = (f"No tool call or final answer found. Call a tool with {call_example('hermes')} "
+                           f"or answer with <{self.cfg.answer_tag}>...</{self.cfg.answer_tag}>.")
+        reward = self._reward(parsed, action, result)
+        self._count(parsed, result)
+        self.answered = self.answered or parsed.kind == "answer"
+        self.success = self.success or bool(reward["task_complete"])
+        self.episode_reward += reward["total_reward"]
+        done = (parsed.kind == "answer" or (self.success and self.cfg.done_on_success)
+                or self.turns >= self.max_turns)
+        self.trace.append({"action": action, "kind": parsed.kind, "tool": parsed.name, "arguments": parsed.arguments,
+                           "result": None if result is None else {k: result.get(k) for k in ("ok", "error", "error_type")},
+                           "reward": reward["total_reward"]})
+        if observation is not None and not done:
+            self.history.append(self._message(observation))
+        metadata = {"task_id": self.task_id, "turn": self.turns, "kind": parsed.kind, "tool": parsed.name,
+                    "tool_ok": None if result is None else result.get("ok"),
+                    "error_type": None if result is None else result.get("error_type"),
+                    "reward_components": reward["components"], "task_complete": reward["task_complete"],
+                    "answered": parsed.kind == "answer"}
+        observations = [] if done or observation is None else [self._message(observation)]
+        return BaseTextEnvStepOutput(observations=observations, reward=float(reward["total_reward"]), done=done,
+                                     metadata=metadata)
+
+    def _call(self, parsed: ParsedAction) -> dict[str, Any]:
+        allowed = self.gt.get("allowed_tools")
+        if allowed and not any(names_match(parsed.name or "", a) for a in allowed):
+            return {"ok": False, "error_type": "disallowed_tool",
+                    "error": f"tool {parsed.name!r} is not available for this task; available: {', '.join(allowed)}"}
+        return json.loads(self._execute_tool(GROUP_NAME, parsed.name, [parsed.arguments or {}]))
+
+    def _reward(self, parsed: ParsedAction, action: str, result: dict[str, Any] | None) -> dict[str, Any]:
+        if self.cfg.reward_backend == "llm_judge":
+            from mcprl.rewards.judge import judge_step
+
+            return judge_step(self.history, action, self.gt, self.cfg.judge, state=self.reward_state,
+                              parsed=parsed, tool_result=result, weights=self.weights)
+        return reward_heuristic(parsed, parsed.name, result, self.gt, self.reward_state, self.weights)
+
+    def _count(self, parsed: ParsedAction, result: dict[str, Any] | None) -> None:
+        if parsed.kind == "malformed":
+            self.counts["malformed"] += 1
+        elif parsed.kind == "none":
+            self.counts["no_action"] += 1
+        if result is None:
+            return
+        self.counts["tool_calls"] += 1
+        error = result.get("error_type")
+        if result.get("ok"):
+            self.counts["tool_ok"] += 1
+        elif error == "timeout":
+            self.counts["tool_timeouts"] += 1
+        elif error in ("unknown_tool", "disallowed_tool"):
+            self.counts["unknown_tool"] += 1
+        elif error == "invalid_arguments":
+            self.counts["invalid_arguments"] += 1
+        else:
+            self.counts["tool_errors"] += 1
+
+    def _message(self, content: str) -> dict[str, str]:
+        return {"role": self.cfg.observation_role, "content": content}
+
+    def get_metrics(self) -> dict[str, Any]:
+        return {**self.counts, "turns": self.turns, "answered": self.answered, "success": self.success,
+                "episode_reward": self.episode_reward, "task_id": self.task_id, "trace": self.trace}
+
+    @staticmethod
+    def aggregate_metrics(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+        """Rates over all calls/turns of all episodes (micro-averages), plus per-episode means."""
+        if not metrics:
+            return {}
+        total = {k: sum(m.get(k, 0) for m in metrics) for k in (*_COUNTERS, "turns")}
+        n, calls, turns = len(metrics), max(total["tool_calls"], 1), max(total["turns"], 1)
+        return {
+            "tool_calls": total["tool_calls"] / n,
+            "tool_success_rate": total["tool_ok"] / calls,
+            "tool_timeout_rate": total["tool_timeouts"] / calls,
+            "unknown_tool_rate": total["unknown_tool"] / calls,
+            "invalid_arguments_rate": total["invalid_arguments"] / calls,
+            "malformed_rate": total["malformed"] / turns,
+            "turns": total["turns"] / n,
+            "answered": sum(bool(m.get("answered")) for m in metrics) / n,
+            "success": sum(bool(m.get("success")) for m in metrics) / n,
+        }
+
+
+def _plain(raw: Any) -> Any:
+    """OmegaConf nodes (SkyRL's env_config) become plain containers."""
+    if raw is not None and type(raw).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(raw, resolve=True)
+    return raw
