@@ -271,3 +271,14 @@ def test_env_resolved_tool_name_is_used():
 def test_invalid_arguments_never_net_positive():
     out = step(quote_task(), RewardState(), quote_call(), err("invalid_arguments"), HeuristicWeights(first_call=0.0))
     assert out["total_reward"] < 0
+
+
+def test_must_call_with_checks_the_arguments_of_side_effects():
+    gt = {"task_id": "post", "max_turns": 3, "answer": None,
+          "success": {"must_call_tool": "post_message",
+                      "must_call_with": [{"tool": "post_message", "params": {"channel": "general", "text": "AAPL up 1.25%"}}]},
+          "tool_sequence": [{"step": 1, "server": "slack", "tool": "post_message", "params": {}}]}
+    wrong = step(gt, RewardState(), format_tool_call("post_message", {"channel": "random", "text": "AAPL up 1.25%"}), OK)
+    assert wrong["task_complete"] is False
+    right = step(gt, RewardState(), format_tool_call("post_message", {"channel": "#general", "text": "aapl up 1.25 %"}), OK)
+    assert right["task_complete"] is True

@@ -84,6 +84,7 @@ class RewardState:
 
     calls: list[tuple[str, str]] = field(default_factory=list)  # (name, canonical arguments)
     ok_tools: list[str] = field(default_factory=list)  # tools that returned ok, in call order
+    ok_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, arguments) of ok calls
     next_step: int = 0  # index of the next expected tool_sequence step
     first_call_done: bool = False
     positive_shaping: float = 0.0
@@ -256,6 +257,7 @@ def _observe_call(
         state.next_step += matched
     if ok:
         state.ok_tools.append(name)
+        state.ok_calls.append((name, dict(action.arguments or {})))
     finished = matched and state.next_step == len(sequence)
     answer_free = gt.get("answer") is None and not success.get("answer_required")
     return StepFacts(
@@ -268,15 +270,15 @@ def _observe_call(
         sequence_matched=matched,
         ok=ok,
         error_type=error_type,
-        solved_now=finished and answer_free and not state.solved,
+        solved_now=finished and answer_free and not state.solved and _required_calls_made(gt, state),
     )
 
 
 def _observe_answer(answer: str, gt: dict[str, Any], state: RewardState, weights: HeuristicWeights) -> StepFacts:
     expected = gt.get("answer")
-    grounded = not weights.require_grounding or all(
+    grounded = not weights.require_grounding or (all(
         any(names_match(called, tool) for called in state.ok_tools) for tool in required_tools(gt)
-    )
+    ) and _required_calls_made(gt, state))
     if expected is None:
         steps_done = _sequence_done(gt, state)
         answer_required = bool(_success(gt).get("answer_required"))
@@ -295,6 +297,32 @@ def _observe_answer(answer: str, gt: dict[str, Any], state: RewardState, weights
         grounded=grounded,
         solved_now=correct and grounded and not state.solved,
     )
+
+
+def _required_calls_made(gt: dict[str, Any], state: RewardState) -> bool:
+    """Every `success.must_call_with` entry ({tool, params}) matches an ok call's given arguments.
+
+    This is what makes side effects count only when right: a post to the wrong channel or with the
+    wrong text does not complete a "post X to #c" task.
+    """
+    required = _success(gt).get("must_call_with") or []
+    return all(
+        any(names_match(name, req.get("tool")) and _params_match(args, req.get("params") or {})
+            for name, args in state.ok_calls)
+        for req in required if isinstance(req, dict)
+    )
+
+
+def _params_match(actual: dict[str, Any], expected: dict[str, Any]) -> bool:
+    for key, want in expected.items():
+        got = actual.get(key)
+        if got is None:
+            return False
+        if isinstance(want, str) and isinstance(got, str):
+            got, want = got.strip().lstrip("#"), want.strip().lstrip("#")
+        if not answer_matches(str(got), want):
+            return False
+    return True
 
 
 def _sequence_done(gt: dict[str, Any], state: RewardState) -> bool:

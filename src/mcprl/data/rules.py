@@ -1,0 +1,395 @@
+"""Rule-based task generator: templates over all five servers at three complexities.
+
+Every task is a plan of tool calls whose later arguments are computed from earlier results. The plan
+is executed against freshly started offline servers, and the ground truth (concrete tool sequence,
+final answer) comes from that execution, so every task is provably solvable. The same run writes
+the expert trajectory (the full correct conversation in the env's format) for a supervised warm start.
+
+Deterministic for a seed: fresh servers, one task at a time, seeded choices only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from rich.progress import Progress
+
+from mcprl.data.prompting import system_prompt, tool_response
+from mcprl.data.sample import SkyRLSample
+from mcprl.envs.parsing import format_answer, format_tool_call
+from mcprl.servers.offline.market import MarketData
+from mcprl.servers.slack import ADMIN_TOOLS
+from mcprl.tools.config import default_servers_config
+from mcprl.tools.manager import ToolInfo, ToolManager
+
+COMPLEXITY_WEIGHTS = {"simple": 0.4, "medium": 0.35, "complex": 0.25}
+POST_CHANNELS = ("general", "trading-desk", "random")  # writable; reads use read-only #alerts only
+HELDOUT_EVERY = 5  # every 5th ticker (sorted) is held out of training
+
+
+class GenerationError(RuntimeError):
+    """A plan failed on the offline servers: a template bug, never a task to keep."""
+
+
+Results = list[Any]  # the `data` of each executed step, in order
+
+
+@dataclass(frozen=True)
+class Step:
+    server: str
+    tool: str
+    params: Callable[[Results], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Draft:
+    template: str
+    complexity: str
+    question: str
+    steps: tuple[Step, ...]
+    answer: Callable[[Results], Any] | None  # None: an action task, done when its calls are made
+    entities: tuple[str, ...]
+    must_call_with: Callable[[Results], list[dict[str, Any]]] | None = None  # side effects that must be right
+
+
+@dataclass
+class World:
+    """Entities a split may use: held-out tickers never appear in training tasks."""
+
+    tickers: list[str]
+    names: dict[str, str]
+    alert_tickers: list[str]
+
+
+@dataclass
+class RuleOutput:
+    samples: list[SkyRLSample] = field(default_factory=list)
+    experts: list[dict[str, Any]] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+def fixed(**params: Any) -> Callable[[Results], dict[str, Any]]:
+    return lambda _results: dict(params)
+
+
+def printed_number(result: dict[str, Any]) -> float:
+    """The number a python step printed (its last stdout line)."""
+    lines = str(result.get("stdout", "")).strip().splitlines()
+    if not lines:
+        raise GenerationError(f"python step printed nothing: {result}")
+    return float(lines[-1])
+
+
+def alert_of(results: Results, index: int) -> dict[str, Any]:
+    matches = results[index].get("matches") or []
+    if not matches:
+        raise GenerationError("no alert found")
+    return matches[0]
+
+
+def alert_date(message: dict[str, Any]) -> str:
+    text = message["text"]
+    return text.split(" on ", 1)[1].split(" ", 1)[0]
+
+
+def pct_code(new: float, old: float) -> str:
+    return f"print(round(({new} - {old}) / {old} * 100, 2))"
+
+
+def pick(rng: random.Random, options: tuple[str, ...], **values: Any) -> str:
+    return rng.choice(options).format(**values)
+
+
+# ------------------------------------------------------------------------------------------- templates
+
+def last_price(rng: random.Random, w: World) -> Draft:
+    t = rng.choice(w.tickers)
+    q = pick(rng, ("What is the latest trade price of {t}?", "Get me the last traded price for {n} ({t}).",
+                   "How much is one {t} share trading for right now?"), t=t, n=w.names[t])
+    return Draft("last_price", "simple", q, (Step("polygon", "get_last_quote", fixed(ticker=t)),),
+                 lambda r: r[0]["price"], (t,))
+
+
+def previous_close(rng: random.Random, w: World) -> Draft:
+    t = rng.choice(w.tickers)
+    q = pick(rng, ("What was {t}'s closing price in the previous session?",
+                   "At what price did {n} ({t}) close in the previous trading session?"), t=t, n=w.names[t])
+    return Draft("previous_close", "simple", q, (Step("polygon", "get_previous_close", fixed(ticker=t)),),
+                 lambda r: r[0]["close"], (t,))
+
+
+def employees(rng: random.Random, w: World) -> Draft:
+    t = rng.choice(w.tickers)
+    q = pick(rng, ("How many employees does {n} ({t}) have?", "What is the total employee count of {t}?"),
+             t=t, n=w.names[t])
+    return Draft("employees", "simple", q, (Step("polygon", "get_ticker_details", fixed(ticker=t)),),
+                 lambda r: r[0]["total_employees"], (t,))
+
+
+def sector(rng: random.Random, w: World) -> Draft:
+    t = rng.choice(w.tickers)
+    q = pick(rng, ("Which sector is {n} ({t}) in?", "What sector does {t} belong to?"), t=t, n=w.names[t])
+    return Draft("sector", "simple", q, (Step("fmp", "get_company_profile", fixed(symbol=t)),),
+                 lambda r: r[0]["sector"], (t,))
+
+
+def pe_ratio(rng: random.Random, w: World) -> Draft:
+    t = rng.choice(w.tickers)
+    q = pick(rng, ("What is the P/E ratio of {t}?", "What price-to-earnings ratio does {n} ({t}) trade at?"),
+             t=t, n=w.names[t])
+    return Draft("pe_ratio", "simple", q, (Step("fmp", "get_quote", fixed(symbol=t)),),
+                 lambda r: _required(r[0], "pe"), (t,))
+
+
+def calculate(rng: random.Random, w: World) -> Draft:
+    a, b, c = rng.randint(12, 999), rng.randint(2, 99), rng.randint(1, 5000)
+    op = rng.choice(("+", "-"))
+    expr = f"{a} * {b} {op} {c}"
+    q = pick(rng, ("Use Python to compute {e}.", "Calculate {e} with Python."), e=expr)
+    return Draft("calculate", "simple", q, (Step("python", "run_python", fixed(code=f"print({expr})")),),
+                 lambda r: printed_number(r[0]), ())
+
+
+def top_result_url(rng: random.Random, w: World) -> Draft:
+    t = rng.choice(w.tickers)
+    query = f"{w.names[t]} {rng.choice(('Q3 2025 earnings', 'full-year 2024 results', 'company profile'))}"
+    q = pick(rng, ("Search the web for '{s}' and give the url of the top result.",
+                   "What is the url of the first web search result for '{s}'?"), s=query)
+    return Draft("top_result_url", "simple", q, (Step("tavily", "search", fixed(query=query, max_results=3)),),
+                 lambda r: r[0]["results"][0]["url"], (t,))
+
+
+def post_message(rng: random.Random, w: World) -> Draft:
+    t, ch = rng.choice(w.tickers), rng.choice(POST_CHANNELS)
+    text = rng.choice((f"Reminder: {t} reports earnings soon.", f"Desk note: watching {t} today.",
+                       f"Please review the {t} position."))
+    q = pick(rng, ("Post the message '{m}' to the #{c} Slack channel.", "Send '{m}' to #{c} on Slack."), m=text, c=ch)
+    return Draft("post_message", "simple", q, (Step("slack", "post_message", fixed(channel=ch, text=text)),),
+                 None, (t,), lambda r: [{"tool": "post_message", "params": {"channel": ch, "text": text}}])
+
+
+def move_since_close(rng: random.Random, w: World) -> Draft:
+    t = rng.choice(w.tickers)
+    q = pick(rng, ("Get the last trade price and the previous close of {t}, then use Python to compute the percent "
+                   "change between them, rounded to 2 decimals.",
+                   "By how many percent did {n} ({t}) move from its previous close to its last trade? Look up both "
+                   "prices, then compute it with Python, rounded to 2 decimals."), t=t, n=w.names[t])
+    steps = (Step("polygon", "get_last_quote", fixed(ticker=t)),
+             Step("polygon", "get_previous_close", fixed(ticker=t)),
+             Step("python", "run_python", lambda r: {"code": pct_code(r[0]["price"], r[1]["close"])}))
+    return Draft("move_since_close", "medium", q, steps, lambda r: printed_number(r[2]), (t,))
+
+
+def revenue_growth(rng: random.Random, w: World) -> Draft:
+    t = rng.choice(w.tickers)
+    q = pick(rng, ("Get {t}'s last two annual income statements and use Python to compute the revenue growth in "
+                   "percent, rounded to 2 decimals.",
+                   "How much did {n} ({t}) grow its annual revenue in the latest fiscal year, in percent? Use its "
+                   "income statements and compute it with Python, rounded to 2 decimals."), t=t, n=w.names[t])
+    steps = (Step("fmp", "get_income_statement", fixed(symbol=t, period="annual", limit=2)),
+             Step("python", "run_python", lambda r: {"code": pct_code(_statements(r[0])[0]["revenue"],
+                                                                      _statements(r[0])[1]["revenue"])}))
+    return Draft("revenue_growth", "medium", q, steps, lambda r: printed_number(r[1]), (t,))
+
+
+def article_margin(rng: random.Random, w: World) -> Draft:
+    t = rng.choice(w.tickers)
+    query = f"{w.names[t]} Q3 2025 earnings"
+    q = pick(rng, ("Search the web for '{s}', open the top result, and tell me the gross margin it reports.",
+                   "Find the article for '{s}' and read it: what gross margin percentage does it report?"), s=query)
+    steps = (Step("tavily", "search", fixed(query=query, max_results=3)),
+             Step("tavily", "extract", lambda r: {"urls": [r[0]["results"][0]["url"]]}))
+    return Draft("article_margin", "medium", q, steps, lambda r: _gross_margin(r[1]), (t,))
+
+
+def quote_and_post(rng: random.Random, w: World) -> Draft:
+    t, ch = rng.choice(w.tickers), rng.choice(POST_CHANNELS)
+    q = pick(rng, ("Get the last trade price of {t} and post '{t} last trade: <price>' to #{c}. Then tell me the "
+                   "price.", "Look up {t}'s latest price, share it in #{c} as '{t} last trade: <price>', and answer "
+                   "with the price."), t=t, c=ch)
+    steps = (Step("polygon", "get_last_quote", fixed(ticker=t)),
+             Step("slack", "post_message", lambda r: {"channel": ch, "text": f"{t} last trade: {r[0]['price']}"}))
+    return Draft("quote_and_post", "medium", q, steps, lambda r: r[0]["price"], (t,),
+                 lambda r: [{"tool": "post_message", "params": {"channel": ch, "text": f"{t} last trade: {r[0]['price']}"}}])
+
+
+def alert_volume(rng: random.Random, w: World) -> Draft:
+    t = rng.choice(w.alert_tickers)
+    q = pick(rng, ("Search Slack for the latest price alert about {t} in #alerts, then get that day's daily bar. "
+                   "What was the trading volume that day?",
+                   "Find the most recent #alerts message about {t} on Slack and look up the daily bar for its date: "
+                   "how many shares traded?"), t=t)
+    steps = (Step("slack", "search_messages", fixed(query=f"{t} in:#alerts", limit=1)),
+             Step("polygon", "get_daily_bars", lambda r: {"ticker": t, "start_date": alert_date(alert_of(r, 0)),
+                                                          "end_date": alert_date(alert_of(r, 0))}))
+    return Draft("alert_volume", "medium", q, steps, lambda r: r[1]["bars"][0]["volume"], (t,))
+
+
+def move_and_post(rng: random.Random, w: World) -> Draft:
+    t, ch = rng.choice(w.tickers), rng.choice(POST_CHANNELS)
+    q = pick(rng, ("Get the last trade price and previous close of {t}, compute the percent change with Python "
+                   "(2 decimals), post '{t} moved <change>% since the previous close' to #{c}, and answer with the "
+                   "change.",), t=t, c=ch)
+    text = lambda r: f"{t} moved {printed_number(r[2])}% since the previous close"  # noqa: E731
+    steps = (Step("polygon", "get_last_quote", fixed(ticker=t)),
+             Step("polygon", "get_previous_close", fixed(ticker=t)),
+             Step("python", "run_python", lambda r: {"code": pct_code(r[0]["price"], r[1]["close"])}),
+             Step("slack", "post_message", lambda r: {"channel": ch, "text": text(r)}))
+    return Draft("move_and_post", "complex", q, steps, lambda r: printed_number(r[2]), (t,),
+                 lambda r: [{"tool": "post_message", "params": {"channel": ch, "text": text(r)}}])
+
+
+def growth_and_post(rng: random.Random, w: World) -> Draft:
+    t, ch = rng.choice(w.tickers), rng.choice(POST_CHANNELS)
+    q = pick(rng, ("Compute {t}'s annual revenue growth in percent from its last two income statements with Python "
+                   "(2 decimals), post '{t} revenue growth: <growth>%' to #{c}, and answer with the growth.",), t=t, c=ch)
+    text = lambda r: f"{t} revenue growth: {printed_number(r[1])}%"  # noqa: E731
+    steps = (Step("fmp", "get_income_statement", fixed(symbol=t, period="annual", limit=2)),
+             Step("python", "run_python", lambda r: {"code": pct_code(_statements(r[0])[0]["revenue"],
+                                                                      _statements(r[0])[1]["revenue"])}),
+             Step("slack", "post_message", lambda r: {"channel": ch, "text": text(r)}))
+    return Draft("growth_and_post", "complex", q, steps, lambda r: printed_number(r[1]), (t,),
+                 lambda r: [{"tool": "post_message", "params": {"channel": ch, "text": text(r)}}])
+
+
+def compare_pe(rng: random.Random, w: World) -> Draft:
+    a, b = rng.sample(w.tickers, 2)
+    q = pick(rng, ("Get the quotes of {a} and {b}, then use Python to compute {a}'s P/E minus {b}'s P/E, rounded "
+                   "to 2 decimals.",), a=a, b=b)
+    steps = (Step("fmp", "get_quote", fixed(symbol=a)), Step("fmp", "get_quote", fixed(symbol=b)),
+             Step("python", "run_python",
+                  lambda r: {"code": f"print(round({_required(r[0], 'pe')} - {_required(r[1], 'pe')}, 2))"}))
+    return Draft("compare_pe", "complex", q, steps, lambda r: printed_number(r[2]), (a, b))
+
+
+def alert_range(rng: random.Random, w: World) -> Draft:
+    t = rng.choice(w.alert_tickers)
+    q = pick(rng, ("Find the latest #alerts message about {t} on Slack, get the daily bar for that date, and use "
+                   "Python to compute the day's high-low range as a percent of the low, rounded to 2 decimals.",), t=t)
+    steps = (Step("slack", "search_messages", fixed(query=f"{t} in:#alerts", limit=1)),
+             Step("polygon", "get_daily_bars", lambda r: {"ticker": t, "start_date": alert_date(alert_of(r, 0)),
+                                                          "end_date": alert_date(alert_of(r, 0))}),
+             Step("python", "run_python", lambda r: {"code": pct_code(r[1]["bars"][0]["high"], r[1]["bars"][0]["low"])}))
+    return Draft("alert_range", "complex", q, steps, lambda r: printed_number(r[2]), (t,))
+
+
+TEMPLATES: dict[str, tuple[Callable[[random.Random, World], Draft], ...]] = {
+    "simple": (last_price, previous_close, employees, sector, pe_ratio, calculate, top_result_url, post_message),
+    "medium": (move_since_close, revenue_growth, article_margin, quote_and_post, alert_volume),
+    "complex": (move_and_post, growth_and_post, compare_pe, alert_range),
+}
+
+
+def _required(data: dict[str, Any], key: str) -> Any:
+    if data.get(key) is None:
+        raise GenerationError(f"'{key}' missing in {data}")
+    return data[key]
+
+
+def _statements(data: dict[str, Any]) -> list[dict[str, Any]]:
+    statements = data.get("statements") or []
+    if len(statements) < 2:
+        raise GenerationError(f"need two statements, got {len(statements)}")
+    return statements
+
+
+def _gross_margin(data: dict[str, Any]) -> float:
+    text = data["results"][0]["raw_content"]
+    marker = "Gross margin was "
+    if marker not in text:
+        raise GenerationError("article has no gross margin")
+    return float(text.split(marker, 1)[1].split("%", 1)[0])
+
+
+# ------------------------------------------------------------------------------------------ generation
+
+def build_world(heldout: bool, seed: int = 0) -> World:
+    market = MarketData(seed)
+    symbols = sorted(market.symbols)
+    held = {s for i, s in enumerate(symbols) if i % HELDOUT_EVERY == HELDOUT_EVERY - 1}
+    pool = sorted(held) if heldout else [s for s in symbols if s not in held]
+    from mcprl.servers.offline.slack import Workspace
+
+    alerts = {m.text.split(" ")[2] for m in Workspace(market).history("alerts", None)}
+    alert_pool = [s for s in pool if s in alerts] or pool
+    return World(pool, {s: market.company(s).name for s in pool}, alert_pool)
+
+
+def draw(rng: random.Random, world: World) -> Draft:
+    complexity = rng.choices(list(COMPLEXITY_WEIGHTS), weights=list(COMPLEXITY_WEIGHTS.values()))[0]
+    return rng.choice(TEMPLATES[complexity])(rng, world)
+
+
+async def _execute(tm: ToolManager, draft: Draft) -> tuple[list[dict[str, Any]], Results, list[dict[str, Any]]]:
+    calls, data, raw = [], [], []
+    for step in draft.steps:
+        params = step.params(data)
+        result = await tm.execute_tool(f"{step.server}.{step.tool}", params)
+        if not result["ok"]:
+            raise GenerationError(f"{draft.template}: {step.server}.{step.tool}({params}) failed: {result['error']}")
+        calls.append({"server": step.server, "tool": step.tool, "params": params})
+        data.append(result["data"])
+        raw.append(result)
+    return calls, data, raw
+
+
+def _task(index: int, draft: Draft, calls: list[dict[str, Any]], data: Results, raw: list[dict[str, Any]],
+          tools: list[ToolInfo], *, split: str, seed: int, style: str) -> tuple[SkyRLSample, dict[str, Any]]:
+    servers = sorted({c["server"] for c in calls})
+    allowed = [t for t in tools if t.server in servers and t.tool not in ADMIN_TOOLS]
+    answer = draft.answer(data) if draft.answer else None
+    must_call_with = draft.must_call_with(data) if draft.must_call_with else []
+    task_id = f"rules-{split}-{seed}-{index:05d}"
+    success: dict[str, Any] = {"must_call_tool": calls[0]["tool"],
+                               "must_call_tools": list(dict.fromkeys(c["tool"] for c in calls))}
+    if must_call_with:
+        success["must_call_with"] = must_call_with
+    gt = {"task_id": task_id, "complexity": draft.complexity, "max_turns": len(calls) + 2, "success": success,
+          "tool_sequence": [{"step": i + 1, **c} for i, c in enumerate(calls)],
+          "limits": {"max_servers": len(servers), "max_tools": len(calls) + 1}, "answer": answer,
+          "allowed_tools": [t.name for t in allowed]}
+    prompt = [{"role": "system", "content": system_prompt(allowed, style=style)},
+              {"role": "user", "content": draft.question}]
+    sample = SkyRLSample(data_source=f"rules/{'+'.join(servers)}", prompt=prompt,
+                         reward_spec={"method": "rule", "ground_truth": gt},
+                         extra_info={"template": draft.template, "entities": list(draft.entities), "split": split,
+                                     "dedup_key": f"{draft.template}|{'|'.join(draft.entities)}"})
+    messages = list(prompt)
+    for call, result in zip(calls, raw):
+        messages.append({"role": "assistant", "content": format_tool_call(call["tool"], call["params"], style)})
+        messages.append({"role": "user", "content": tool_response(result)})
+    if answer is not None:
+        messages.append({"role": "assistant", "content": format_answer(answer)})
+    else:
+        messages.pop()  # an action task ends with its last call (the env stops on success)
+    return sample, {"task_id": task_id, "messages": messages}
+
+
+async def generate_async(n: int, seed: int, *, style: str = "hermes", heldout: bool = False,
+                         progress: bool = True) -> RuleOutput:
+    rng = random.Random(f"mcprl-rules:{seed}:{'heldout' if heldout else 'train'}")
+    world = build_world(heldout)
+    split = "heldout" if heldout else "train"
+    out = RuleOutput()
+    async with ToolManager(default_servers_config()) as tm:
+        tools = tm.tools()
+        with Progress(disable=not progress, transient=True) as bar:
+            job = bar.add_task(f"generating {n} {split} tasks", total=n)
+            while len(out.samples) < n:
+                draft = draw(rng, world)
+                calls, data, raw = await _execute(tm, draft)
+                sample, expert = _task(len(out.samples), draft, calls, data, raw, tools,
+                                       split=split, seed=seed, style=style)
+                out.samples.append(sample)
+                out.experts.append(expert)
+                bar.advance(job)
+    return out
+
+
+def generate(n: int, seed: int, *, style: str = "hermes", heldout: bool = False, progress: bool = True) -> RuleOutput:
+    """`n` verified tasks (and their expert trajectories) from the rule templates."""
+    return asyncio.run(generate_async(n, seed, style=style, heldout=heldout, progress=progress))

@@ -1,0 +1,302 @@
+"""A seeded Slack workspace: users, channels (one archived, one read-only) and December 2025 history.
+
+Market messages quote `MarketData`, so a close price seen in #markets matches polygon and fmp.
+The history is mutable (agents post), lives in the `Workspace` instance and `reset()` restores the
+seeded state. Timestamps come from fixed dates and a post counter, never from the clock.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import hashlib
+import random
+import re
+import threading
+from dataclasses import dataclass
+from functools import cached_property
+
+from mcprl.servers.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError, suggest
+from mcprl.servers.offline.market import MarketData
+
+MAX_TEXT_CHARS = 4000
+BOT_USER = "finbot"  # who the agent posts as
+
+
+@dataclass(frozen=True)
+class User:
+    id: str
+    name: str
+    real_name: str
+    title: str
+    is_bot: bool = False
+
+
+@dataclass(frozen=True)
+class Channel:
+    id: str
+    name: str
+    topic: str
+    num_members: int
+    is_archived: bool = False
+    read_only: bool = False  # only admins and integrations may post
+
+
+@dataclass(frozen=True)
+class Message:
+    channel: str  # channel id
+    ts: str  # Slack-style "seconds.micros"; unique and increasing
+    user: str  # user id
+    text: str
+
+
+def _slack_id(prefix: str, name: str) -> str:
+    return prefix + "0" + hashlib.sha1(name.encode()).hexdigest()[:8].upper()
+
+
+_USERS = tuple(
+    User(_slack_id("U", name), name, real, title, bot)
+    for name, real, title, bot in (
+        ("maria.chen", "Maria Chen", "Head of Research", False),
+        ("david.okafor", "David Okafor", "Equity Analyst", False),
+        ("priya.natarajan", "Priya Natarajan", "Portfolio Manager", False),
+        ("tom.becker", "Tom Becker", "Trader", False),
+        ("sofia.alvarez", "Sofia Alvarez", "Quant Developer", False),
+        ("james.wilson", "James Wilson", "Operations", False),
+        ("alertbot", "Alert Bot", "Price alerts", True),
+        (BOT_USER, "Finance Assistant", "AI assistant", True),
+    )
+)
+
+_CHANNELS = tuple(
+    Channel(_slack_id("C", name), name, topic, members, archived, read_only)
+    for name, topic, members, archived, read_only in (
+        ("general", "Company-wide announcements", 8, False, False),
+        ("markets", "Daily market moves and price chatter", 7, False, False),
+        ("earnings", "Earnings season coverage", 6, False, False),
+        ("research", "Equity research notes and valuation", 6, False, False),
+        ("trading-desk", "Trade ideas and execution", 5, False, False),
+        ("random", "Non-work banter", 8, False, False),
+        ("alerts", "Automated price alerts (read-only)", 8, False, True),
+        ("q3-planning-2024", "Q3 2024 planning (archived)", 4, True, False),
+    )
+)
+
+_GENERAL = (
+    "Reminder: the office is closed on Dec 25 for Christmas and markets are shut that day.",
+    "Year-end review meetings run Dec 15-19; please book a slot with your manager.",
+    "The Q1 2026 research calendar is in the shared drive; comments by Jan 9.",
+    "Welcome Sofia to the quant team! She will own the factor models.",
+    "Holiday party is on Dec 18 at 6pm on the 12th floor.",
+    "Reminder: expense reports for 2025 are due by Jan 5.",
+)
+_RANDOM = (
+    "Anyone up for lunch at the ramen place today?",
+    "The coffee machine on 11 is fixed, finally.",
+    "Secret santa names are out, check your email.",
+    "Who left the giant monitor in the kitchen?",
+    "Snow day tomorrow? The forecast says 6 inches.",
+)
+_ARCHIVED = (
+    "Kickoff for Q3 2024 planning: goals doc is shared.",
+    "Draft coverage list for Q3 2024 is ready for review.",
+    "Q3 2024 planning is wrapped up; archiving this channel.",
+)
+
+
+def _epoch(date: str, hour: int, minute: int) -> int:
+    return calendar.timegm(dt.datetime.fromisoformat(f"{date}T{hour:02d}:{minute:02d}:00").timetuple())
+
+
+_NOW_EPOCH = _epoch("2025-12-31", 21, 30)  # posts land just after this (UTC), one second apart
+
+
+class Workspace:
+    """The workspace state for one seed; thread-safe (tool calls run in worker threads)."""
+
+    def __init__(self, market: MarketData | None = None, seed: int = 0) -> None:
+        self.market = market if market is not None else MarketData(seed)
+        self.users = _USERS
+        self.channels = _CHANNELS
+        self._users_by_id = {u.id: u for u in _USERS}
+        self._users_by_name = {u.name: u for u in _USERS}
+        self._lock = threading.Lock()
+        self._live: list[Message] | None = None
+        self._posts = 0
+
+    @cached_property
+    def _seeded(self) -> tuple[Message, ...]:
+        return self._seed_history()
+
+    def _messages(self) -> list[Message]:
+        """The current history (call with the lock held); seeded on first use, as seeding reads every ticker's prices."""
+        if self._live is None:
+            self._live = list(self._seeded)
+        return self._live
+
+    # --- lookups --------------------------------------------------------
+
+    def channel(self, ref: str) -> Channel:
+        """Resolve a channel by name, '#name' or id."""
+        key = ref.strip().lstrip("#")
+        for ch in self.channels:
+            if key in (ch.name, ch.id) or key.lower() == ch.name:
+                return ch
+        raise NotFoundError(f"unknown channel {ref!r}: {suggest(key, [c.name for c in self.channels])}")
+
+    def user(self, user_id: str) -> User:
+        return self._users_by_id[user_id]
+
+    # --- reads ----------------------------------------------------------
+
+    def history(self, channel: str, limit: int | None = 10) -> list[Message]:
+        """Newest first, like conversations.history; limit None returns the whole channel."""
+        if limit is not None:
+            check_limit(limit)
+        ch = self.channel(channel)
+        with self._lock:
+            msgs = [m for m in self._messages() if m.channel == ch.id]
+        return sorted(msgs, key=lambda m: m.ts, reverse=True)[:limit]
+
+    def search(self, query: str, limit: int = 10) -> tuple[int, list[Message]]:
+        """All words must match (case-insensitive); `in:#channel` and `from:@user` narrow it. Newest first."""
+        check_limit(limit)
+        words, channel_id, user_id = [], None, None
+        for token in query.split():
+            if token.startswith("in:"):
+                channel_id = self.channel(token[3:]).id
+            elif token.startswith("from:"):
+                name = token[5:].lstrip("@")
+                if name not in self._users_by_name:
+                    raise NotFoundError(f"unknown user {name!r}: {suggest(name, list(self._users_by_name))}")
+                user_id = self._users_by_name[name].id
+            else:
+                words.extend(re.findall(r"[a-z0-9$.%+-]+", token.lower()))
+        if not words and channel_id is None and user_id is None:
+            raise InvalidArgumentError("query is empty: pass words to find, e.g. 'AAPL closed' or 'revenue in:#earnings'")
+        with self._lock:
+            hits = [
+                m
+                for m in self._messages()
+                if (channel_id is None or m.channel == channel_id)
+                and (user_id is None or m.user == user_id)
+                and all(w in m.text.lower() for w in words)
+            ]
+        hits.sort(key=lambda m: m.ts, reverse=True)
+        return len(hits), hits[:limit]
+
+    # --- writes ---------------------------------------------------------
+
+    def post(self, channel: str, text: str, user: str = BOT_USER) -> Message:
+        ch = self.channel(channel)
+        if ch.is_archived:
+            raise PermissionDeniedError(f"channel #{ch.name} is archived: post in an active channel ({self._active()})")
+        if ch.read_only:
+            raise PermissionDeniedError(
+                f"channel #{ch.name} is read-only (automated alerts only): post in one of {self._active()}"
+            )
+        check_text(text)
+        with self._lock:
+            self._posts += 1
+            msg = Message(ch.id, f"{_NOW_EPOCH + self._posts}.000000", self._users_by_name[user].id, text)
+            self._messages().append(msg)
+        return msg
+
+    def reset(self) -> int:
+        """Restore the seeded history; returns how many messages it holds."""
+        with self._lock:
+            self._live = list(self._seeded)
+            self._posts = 0
+            return len(self._seeded)
+
+    def _active(self) -> str:
+        return ", ".join(f"#{c.name}" for c in self.channels if not c.is_archived and not c.read_only)
+
+    # --- seeding --------------------------------------------------------
+
+    def _seed_history(self) -> tuple[Message, ...]:
+        m = self.market
+        rng = random.Random(f"mcprl:{m.seed}:slack")
+        humans = [u for u in _USERS if not u.is_bot]
+        december = [d for d in m.days if d >= "2025-12-01"]
+        raw: list[tuple[str, int, int, str, str, str]] = []  # date, hour, minute, channel, user name, text
+
+        def add(date: str, channel: str, user: str, text: str) -> None:
+            raw.append((date, rng.randint(14, 21), rng.randint(0, 59), channel, user, text))
+
+        for text in _GENERAL:
+            add(rng.choice(december), "general", rng.choice(("maria.chen", "james.wilson")), text)
+        for text in _RANDOM:
+            add(rng.choice(december), "random", rng.choice(humans).name, text)
+        for i, text in enumerate(_ARCHIVED):
+            add(f"2024-0{7 + i}-15", "q3-planning-2024", "maria.chen", text)
+        symbols = list(m.symbols)
+        position = {d: i for i, d in enumerate(m.days)}
+
+        def session(sym: str, date: str) -> tuple[float, float]:
+            """Close on `date` and its change from the previous close, in percent."""
+            bars = m.bars(sym)
+            bar, prev = bars[position[date]], bars[position[date] - 1]
+            return bar.close, (bar.close / prev.close - 1) * 100
+
+        for _ in range(16):
+            sym, date = rng.choice(symbols), rng.choice(december)
+            close, change = session(sym, date)
+            add(
+                date,
+                "markets",
+                rng.choice(("tom.becker", "priya.natarajan", "david.okafor")),
+                f"{sym} closed at ${close:.2f} on {date}, {change:+.2f}% on the day.",
+            )
+        for sym in rng.sample(symbols, 10):
+            q = m.income_statements(sym, "quarter")[0]
+            date = rng.choice([d for d in m.days if "2025-10-20" <= d <= "2025-11-07"])
+            add(
+                date,
+                "earnings",
+                "david.okafor",
+                f"{sym} Q3 2025: revenue ${q.revenue / 1e9:.1f}B, net income ${q.net_income / 1e9:.1f}B, EPS ${q.eps:.2f}.",
+            )
+        for sym in rng.sample(symbols, 8):
+            pe, eps = m.pe_ratio(sym), m.ttm_eps(sym)
+            fy = m.income_statements(sym)[0]
+            valuation = f"trades at {pe}x TTM EPS of ${eps:.2f}" if pe else f"has negative TTM EPS (${eps:.2f})"
+            add(
+                rng.choice(december),
+                "research",
+                rng.choice(("maria.chen", "david.okafor")),
+                f"Note: {sym} {valuation}; FY2024 revenue was ${fy.revenue / 1e9:.1f}B.",
+            )
+        for sym in rng.sample(symbols, 6):
+            low, high = m.year_range(sym)
+            date = rng.choice(december)
+            add(
+                date,
+                "trading-desk",
+                rng.choice(("tom.becker", "priya.natarajan")),
+                f"Watching {sym}: 52-week range ${low:.2f}-${high:.2f}, closed ${session(sym, date)[0]:.2f} on {date}.",
+            )
+        for date in december:
+            for sym in symbols:
+                close, change = session(sym, date)
+                if abs(change) >= 4:
+                    add(date, "alerts", "alertbot", f"Price alert: {sym} moved {change:+.1f}% on {date} (close ${close:.2f}).")
+        channel_ids = {c.name: c.id for c in _CHANNELS}
+        raw.sort(key=lambda r: (r[0], r[1], r[2], r[3], r[4], r[5]))
+        return tuple(
+            Message(channel_ids[ch], f"{_epoch(date, hour, minute)}.{i:06d}", self._users_by_name[user].id, text)
+            for i, (date, hour, minute, ch, user, text) in enumerate(raw)
+        )
+
+
+def check_text(text: str) -> None:
+    if not text.strip():
+        raise InvalidArgumentError("text is empty: pass the message to post")
+    if len(text) > MAX_TEXT_CHARS:
+        raise InvalidArgumentError(f"text is {len(text)} characters: the limit is {MAX_TEXT_CHARS}")
+
+
+def check_limit(limit: int) -> None:
+    """Message limits are 1 to 100, as in the Slack API."""
+    if not 1 <= limit <= 100:
+        raise InvalidArgumentError(f"limit {limit} is out of range: use 1 to 100")

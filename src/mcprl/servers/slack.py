@@ -1,0 +1,48 @@
+"""The `slack` MCP server: channels, history, posting and search in the shape of Slack's Web API."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from mcprl.servers.backends.slack import ChannelHistory, ChannelList, PostedMessage, ResetResult, SearchMatches, SlackBackend
+from mcprl.servers.base import DomainServer
+
+ChannelRef = Annotated[str, Field(description="channel name (e.g. general or #general) or channel id")]
+Limit = Annotated[int, Field(description="most messages to return, 1 to 100")]
+ADMIN_TOOLS = ("reset_workspace",)  # for task setup and verification; never offer them to an agent
+
+
+def create_server(backend: SlackBackend) -> DomainServer:
+    server = DomainServer("slack", "A Slack workspace: list channels, read channel history, search messages and post messages.")
+
+    @server.tool()
+    def list_channels() -> ChannelList:
+        """All channels with id, name, topic, member count, and whether each is archived or read-only."""
+        return backend.list_channels()
+
+    @server.tool()
+    def post_message(channel: ChannelRef, text: Annotated[str, Field(description="message text")]) -> PostedMessage:
+        """Post a message to a channel (not to archived or read-only channels)."""
+        return backend.post_message(channel, text)
+
+    @server.tool()
+    def get_channel_history(channel: ChannelRef, limit: Limit = 10) -> ChannelHistory:
+        """Recent messages of a channel, newest first."""
+        return backend.channel_history(channel, limit)
+
+    @server.tool()
+    def search_messages(
+        query: Annotated[str, Field(description="words that must all appear; narrow with in:#channel or from:@user")],
+        limit: Limit = 10,
+    ) -> SearchMatches:
+        """Search messages across channels, newest first."""
+        return backend.search_messages(query, limit)
+
+    @server.tool()
+    def reset_workspace() -> ResetResult:
+        """Admin only: restore the workspace to its seeded state (offline backend)."""
+        return backend.reset()
+
+    return server
