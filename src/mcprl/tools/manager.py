@@ -75,6 +75,7 @@ class ToolManager:
         self.default_timeout = default_timeout
         self._recorder = Recorder(recording) if mode == "record" else None
         self._replay = Replay(recording) if mode == "replay" else None  # type: ignore[arg-type]
+        self._specs = {s.name: s for s in self.config.servers}
         self._conns = {s.name: ServerConnection(s) for s in self.config.servers}
         self._limiters = {s.name: _RateLimiter(s.rate_limit_per_s) for s in self.config.servers
                           if s.rate_limit_per_s}
@@ -91,24 +92,37 @@ class ToolManager:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def start(self) -> None:
-        """Start every server at once and index their tools; idempotent."""
+    async def start(self, *, tolerate_failures: bool = False) -> dict[str, str]:
+        """Start every server at once and index their tools; idempotent.
+
+        Returns {server: error} for servers that failed to start; raises the first failure unless
+        `tolerate_failures`, in which case the tools of the servers that did start are usable.
+        """
+        if self._started:
+            return {}
         if self._start_lock is None:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
             if self._started:
-                return
+                return {}
+            failures: dict[str, str] = {}
             if self._replay is not None:
                 inventory = {s.name: self._replay.tools.get(s.name, []) for s in self.config.servers}
             else:
-                await asyncio.gather(*(c.session() for c in self._conns.values()))
-                inventory = {name: c.tools for name, c in self._conns.items()}
+                outcomes = await asyncio.gather(*(c.session() for c in self._conns.values()), return_exceptions=True)
+                for (name, conn), outcome in zip(self._conns.items(), outcomes):
+                    if isinstance(outcome, BaseException):
+                        if not tolerate_failures:
+                            raise outcome
+                        failures[name] = str(outcome)
+                inventory = {name: c.tools for name, c in self._conns.items() if name not in failures}
                 if self._recorder is not None:
                     for name, tools in inventory.items():
                         self._recorder.tools(name, tools)
             self._index(inventory)
             self._sems = {s.name: asyncio.Semaphore(s.max_concurrency) for s in self.config.servers}
             self._started = True
+            return failures
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._conns.values()), return_exceptions=True)
@@ -160,8 +174,8 @@ class ToolManager:
         return info
 
     def _index(self, inventory: dict[str, list[mt.Tool]]) -> None:
-        exposed = {server: [t for t in tools if self.config.get(server).tools is None
-                            or t.name in self.config.get(server).tools]
+        allowed = {s.name: s.tools for s in self.config.servers}
+        exposed = {server: [t for t in tools if allowed[server] is None or t.name in allowed[server]]
                    for server, tools in inventory.items()}
         counts = Counter(t.name for tools in exposed.values() for t in tools)
         self._tools.clear()
@@ -181,8 +195,8 @@ class ToolManager:
             arguments = {}
         if not isinstance(arguments, dict):
             raise InvalidArguments(f"arguments for {info.name!r} must be a JSON object, got {type(arguments).__name__}")
-        error = jsonschema.exceptions.best_match(info.validator.iter_errors(arguments))
-        if error is not None:
+        if not info.validator.is_valid(arguments):
+            error = jsonschema.exceptions.best_match(info.validator.iter_errors(arguments))
             where = ".".join(str(p) for p in error.absolute_path)
             prefix = f"field '{where}': " if where else ""
             props = sorted((info.input_schema.get("properties") or {}).keys())
@@ -196,34 +210,31 @@ class ToolManager:
             if recorded is None:
                 raise NotRecorded(f"no recorded result for {info.name}({json.dumps(args, sort_keys=True)})")
             return recorded
-        spec = self.config.get(info.server)
+        spec = self._specs[info.server]
         timeout = timeout or self.default_timeout or spec.timeout_s
         limiter = self._limiters.get(info.server)
         if limiter is not None:
             await limiter.acquire()
         async with self._sems[info.server]:
-            result = await self._call_with_retries(spec, info, args, timeout)
+            result = await self._call(spec, info, args, timeout)
         if self._recorder is not None:
             self._recorder.call(info.server, info.tool, args, result)
         return result
 
-    async def _call_with_retries(self, spec: ServerSpec, info: ToolInfo, args: dict[str, Any],
-                                 timeout: float) -> dict[str, Any]:
+    async def _session(self, spec: ServerSpec, conn: ServerConnection):
+        """The live session; (re)starting a server is the one step that is safe to retry."""
+        if conn.alive:
+            return await conn.session()
         retrying = AsyncRetrying(stop=stop_after_attempt(spec.retries + 1),
                                  wait=wait_exponential(multiplier=0.1, max=2.0),
                                  retry=retry_if_exception_type(ServerUnavailable), reraise=True)
-        async for attempt in retrying:
-            with attempt:
-                return await self._call_once(spec, info, args, timeout)
-        raise AssertionError("unreachable")
+        return await retrying(conn.session)
 
-    async def _call_once(self, spec: ServerSpec, info: ToolInfo, args: dict[str, Any],
-                         timeout: float) -> dict[str, Any]:
+    async def _call(self, spec: ServerSpec, info: ToolInfo, args: dict[str, Any], timeout: float) -> dict[str, Any]:
         conn = self._conns[info.server]
-        session = await conn.session()
+        session = await self._session(spec, conn)
         try:
-            raw = await asyncio.wait_for(session.call_tool(info.tool, args, read_timeout_seconds=timeout),
-                                         timeout + 0.5)
+            raw = await session.call_tool(info.tool, args, read_timeout_seconds=timeout)
         except (asyncio.TimeoutError, TimeoutError) as e:
             raise ToolTimeout(f"{info.name!r} did not answer within {timeout:g}s") from e
         except MCPError as e:
@@ -249,6 +260,9 @@ def _to_result(raw: mt.CallToolResult, max_chars: int) -> dict[str, Any]:
         data = _maybe_json(text) if text else [f"[{c.type} content]" for c in raw.content]
     elif isinstance(data, dict) and set(data) == {"result"}:
         data = data["result"]  # the SDK wraps non-object returns as {"result": ...}
+    # The text block is the JSON of the structured result (SDK convention); measure it rather than re-encode.
+    if len(text) <= max_chars and (raw.structured_content is None or text):
+        return {"ok": True, "data": data, "truncated": False}
     encoded = json.dumps(data, ensure_ascii=False, default=str)
     if len(encoded) <= max_chars:
         return {"ok": True, "data": data, "truncated": False}
