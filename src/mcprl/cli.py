@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import typer
 
+from mcprl.data.cli import app as data_app
+from mcprl.eval.cli import app as eval_app
+from mcprl.eval.cli import report_command
+from mcprl.servers import launcher
 from mcprl.servers.cli import app as servers_app
 from mcprl.tools.cli import app as tools_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Train LLM agents with RL on MCP tools.")
+servers_app.command("up")(launcher.up)
+servers_app.command("check")(launcher.check)
 app.add_typer(servers_app, name="servers")
 app.add_typer(tools_app, name="tools")
+app.add_typer(data_app, name="data")
+app.add_typer(eval_app, name="eval")
+app.command("report")(report_command)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,243 @@
+"""`mcprl data generate|validate|convert|stats`.
+
+Imported at `mcprl` start-up, so heavy modules (openai, transformers, torch, the generators) are
+imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+if TYPE_CHECKING:
+    from mcprl.data.execute import Generated
+
+app = typer.Typer(no_args_is_help=True, help="Generate, validate and convert task datasets.")
+console = Console(stderr=True)
+METHODS = ("rules", "llm", "specs")
+STYLES = ("hermes", "json")
+ConfigOpt = typer.Option(None, "--servers-config", "-c", help="Servers YAML; default: mcprl's five servers (stdio).")
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    console.print(f"[red]error:[/red] {escape(message)}")
+    return typer.Exit(code)
+
+
+def _csv(value: Optional[str]) -> Optional[list[str]]:
+    items = [v.strip() for v in (value or "").split(",") if v.strip()]
+    return items or None
+
+
+@app.command()
+def generate(
+    method: str = typer.Option(..., "--method", "-m", help="rules | llm | specs"),
+    out: Path = typer.Option(..., "--out", "-o", help="Output .jsonl/.json/.parquet, or a directory with --split."),
+    n: int = typer.Option(100, "--n", envvar="N_SAMPLES", help="Tasks to generate (rules, llm)."),
+    seed: int = typer.Option(0, "--seed", help="Fixes generation and the split."),
+    inp: Optional[Path] = typer.Option(None, "--in", help="specs: the conversation specs JSONL."),
+    split: Optional[str] = typer.Option(None, "--split", help="e.g. train=0.8,val=0.1,test=0.1"),
+    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl|json|parquet for a directory --out."),
+    style: str = typer.Option("hermes", "--style", help="Tool-call style taught by the prompt: hermes | json."),
+    experts: Optional[Path] = typer.Option(None, "--experts",
+                                           help="Expert trajectories; default <out stem>.experts.jsonl."),
+    dropped: Optional[Path] = typer.Option(None, "--dropped",
+                                           help="llm/specs: dropped tasks; default <out stem>.dropped.jsonl."),
+    heldout: bool = typer.Option(False, "--heldout", help="rules: draw from the held-out entities/templates."),
+    servers_config: Optional[Path] = ConfigOpt,
+    model: str = typer.Option("gpt-4o-mini", envvar="OPENAI_MODEL", help="llm: model name at the endpoint."),
+    backend: str = typer.Option("chat", envvar="OPENAI_BACKEND", help="llm: chat (chat.completions) | responses."),
+    max_tools: int = typer.Option(4, envvar="MAX_TOOLS", help="llm: most tool calls in one task."),
+    max_turns: int = typer.Option(8, envvar="MAX_TURNS", help="llm/specs: cap on a task's turn budget (calls + 2)."),
+    domains: Optional[str] = typer.Option(None, envvar="DOMAINS", help="llm: servers to use, comma-separated."),
+    complexities: str = typer.Option("simple,medium,complex", envvar="COMPLEXITIES", help="llm: comma-separated."),
+    concurrency: int = typer.Option(4, envvar="LLM_CONCURRENCY", help="llm: requests in flight."),
+    cache_dir: Path = typer.Option(Path(".cache/llm"), help="llm: reply cache (re-runs are free)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="llm: always ask the endpoint."),
+    verify: bool = typer.Option(False, "--verify", help="specs: re-execute calls, drop mismatches."),
+) -> None:
+    """Generate samples (and expert trajectories) with the rule, LLM or specs generator."""
+    from mcprl.data.llm import LLMError
+    from mcprl.data.splits import SplitError, is_directory, parse_split
+    from mcprl.tools.errors import ConfigError, ToolError
+
+    if method not in METHODS:
+        raise _fail(f"unknown --method {method!r}; use one of: {', '.join(METHODS)}")
+    if style not in STYLES:
+        raise _fail(f"unknown --style {style!r}; use one of: {', '.join(STYLES)}")
+    if fmt is not None and fmt not in ("jsonl", "json", "parquet"):
+        raise _fail(f"unknown --format {fmt!r}; use jsonl, json or parquet")
+    try:
+        fractions = parse_split(split) if split else None
+    except SplitError as e:
+        raise _fail(str(e)) from None
+    if fractions is None and is_directory(out):
+        raise _fail(f"--out {out} is a directory; give a .jsonl/.json/.parquet file, or add --split")
+    if method == "specs" and inp is None:
+        raise _fail("--method specs needs --in FILE (conversation specs JSONL)")
+    try:
+        if method == "rules":
+            result = _rules(n, seed, style, heldout)
+        elif method == "llm":
+            result = _llm(n, seed, style, servers_config, model=model, backend=backend, max_tools=max_tools,
+                          max_turns=max_turns, domains=_csv(domains), complexities=_csv(complexities) or [],
+                          concurrency=concurrency, cache_dir=None if no_cache else cache_dir)
+        else:
+            result = _specs(inp, servers_config, verify=verify, style=style, max_turns=max_turns)
+        written = write_outputs(result, out, fractions=fractions, seed=seed, fmt=fmt, experts=experts,
+                                dropped=dropped, with_dropped=method != "rules")
+    except (LLMError, ConfigError, ToolError, ValueError, OSError, ImportError) as e:
+        raise _fail(str(e)) from None
+    for path, count in written:
+        console.print(f"wrote {count:>6} rows to {path}")
+    if not result.samples:
+        raise _fail("no sample was generated; see the dropped reasons above", 1)
+
+
+def _rules(n: int, seed: int, style: str, heldout: bool) -> Generated:
+    from mcprl.data.execute import Generated
+
+    try:
+        from mcprl.data.rules import generate as rules_generate
+    except ImportError as e:
+        raise ImportError(f"the rule generator is not available ({e})") from None
+    output = rules_generate(n, seed, style=style, heldout=heldout)
+    return Generated(list(output.samples), list(output.experts), [])
+
+
+def _llm(n: int, seed: int, style: str, servers_config: Optional[Path], *, domains: Optional[list[str]],
+         **knobs: Any) -> Generated:
+    from mcprl.data.llm import LLMConfig, generate_llm
+    from mcprl.tools.config import ServersConfig, load_servers_config
+    from mcprl.tools.manager import ToolManager
+
+    cfg = LLMConfig(n_samples=n, seed=seed, style=style, domains=domains, **knobs)  # type: ignore[arg-type]
+    config = load_servers_config(servers_config)
+    if domains:
+        unknown = sorted(set(domains) - {s.name for s in config.servers})
+        if unknown:
+            raise ValueError(f"DOMAINS names unknown servers {unknown}; configured: "
+                             f"{', '.join(s.name for s in config.servers)}")
+        config = ServersConfig(servers=[s for s in config.servers if s.name in domains])
+
+    async def run() -> Any:
+        async with ToolManager(config) as tm:
+            return await generate_llm(tm, cfg, console=console)
+
+    return asyncio.run(run())
+
+
+def _specs(inp: Path, servers_config: Optional[Path], **options: Any) -> Generated:
+    from mcprl.data.specs import convert_specs
+    from mcprl.tools.manager import ToolManager
+
+    if not inp.is_file():
+        raise ValueError(f"specs file not found: {inp}")
+
+    async def run() -> Any:
+        async with ToolManager(servers_config) as tm:
+            return await convert_specs(tm, inp, console=console, **options)
+
+    return asyncio.run(run())
+
+
+def sidecar(path: Path, kind: str) -> Path:
+    """`data/tasks.jsonl` -> `data/tasks.<kind>.jsonl`; a directory gets `<dir>/<kind>.jsonl`."""
+    from mcprl.data.splits import is_directory
+
+    return path / f"{kind}.jsonl" if is_directory(path) else path.with_name(f"{path.stem}.{kind}.jsonl")
+
+
+def write_outputs(result: Generated, out: Path, *, fractions: Optional[dict[str, float]], seed: int, fmt: Optional[str],
+                  experts: Optional[Path], dropped: Optional[Path], with_dropped: bool) -> list[tuple[Path, int]]:
+    """Write samples (one file, or one per split), their experts next to them, and the dropped tasks."""
+    from mcprl.data.sample import write_samples
+    from mcprl.data.splits import split_path, split_samples
+
+    written: list[tuple[Path, int]] = []
+    by_task = {e["task_id"]: e for e in result.experts}
+    if fractions is None:
+        parts = {None: result.samples}
+    else:
+        parts = split_samples(result.samples, fractions, seed)  # type: ignore[assignment]
+    for name, samples in parts.items():
+        path = out if name is None else split_path(out, name, fmt or "jsonl")
+        if fmt is not None and path.suffix.lstrip(".") != fmt:
+            raise ValueError(f"--format {fmt} does not match --out {path}")
+        write_samples(samples, path)
+        written.append((path, len(samples)))
+        if by_task:
+            expert_path = sidecar(path, "experts") if experts is None else (
+                experts if name is None else split_path(experts, name))
+            rows = [by_task[s.task_id] for s in samples if s.task_id in by_task]
+            written.append((write_jsonl(rows, expert_path), len(rows)))
+    if with_dropped:
+        path = dropped or sidecar(out, "dropped")
+        written.append((write_jsonl([d.to_dict() for d in result.dropped], path), len(result.dropped)))
+    return written
+
+
+def write_jsonl(rows: list[dict[str, Any]], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@app.command()
+def validate(
+    inp: Path = typer.Option(..., "--in", help="Dataset (.jsonl/.json/.parquet)."),
+    max_tokens: int = typer.Option(2048, "--max-tokens", help="Prompt token budget under the chat template."),
+    model: str = typer.Option("smollm2-135m", "--model", help="Model whose tokenizer counts the tokens."),
+    servers_config: Optional[Path] = ConfigOpt,
+    no_servers: bool = typer.Option(False, "--no-servers", help="Skip checking tools against live servers."),
+) -> None:
+    """Check every row (schema, prompt budget, tools the servers expose); exit 1 on any problem."""
+    from mcprl.data.validate import ValidationSetupError, print_report
+    from mcprl.data.validate import validate as run_validation
+    from mcprl.tools.errors import ConfigError
+
+    try:
+        report = run_validation(inp, max_tokens=max_tokens, model=model, servers_config=servers_config,
+                                check_servers=not no_servers)
+    except (ValidationSetupError, ConfigError) as e:
+        raise _fail(str(e)) from None
+    print_report(report, Console())
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command()
+def convert(
+    inp: Path = typer.Option(..., "--in", help="Source .jsonl/.json/.parquet."),
+    out: Path = typer.Option(..., "--out", help="Target .jsonl/.json/.parquet (format from the extension)."),
+) -> None:
+    """Convert a dataset between JSON, JSONL and Parquet; rows round-trip exactly."""
+    from mcprl.data.sample import detect_format, iter_rows, write_samples
+
+    try:
+        detect_format(out)
+        rows = list(iter_rows(inp))
+    except (ValueError, OSError) as e:
+        raise _fail(str(e)) from None
+    bad = [f"row {i}: {row}" for i, row in rows if isinstance(row, Exception)]
+    if bad:
+        raise _fail(f"{inp} has unreadable rows, nothing written: {'; '.join(bad[:5])}", 1)
+    write_samples([row for _, row in rows], out)  # type: ignore[misc]
+    console.print(f"wrote {len(rows)} rows to {out}")
+
+
+@app.command()
+def stats(inp: Path = typer.Option(..., "--in", help="Dataset (.jsonl/.json/.parquet).")) -> None:
+    """Counts by complexity and source, prompt sizes and tool use (no tokenizer, no servers)."""
+    from mcprl.data.validate import ValidationSetupError, print_report, validate_file
+
+    try:
+        report = validate_file(inp, max_tokens=None)
+    except ValidationSetupError as e:
+        raise _fail(str(e)) from None
+    print_report(report, Console(), verdict=False)
