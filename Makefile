@@ -37,7 +37,7 @@ skyrl:
 	@echo "SkyRL's distributed trainer needs Linux + CUDA GPUs. On such a machine, as SkyRL documents it:"
 	@echo "  uv venv --python 3.12 .venv-skyrl && . .venv-skyrl/bin/activate"
 	@echo "  uv pip install 'skyrl[fsdp]==0.3.0' && uv pip install -e ."
-	@echo "Then: mcprl train --engine skyrl --config configs/gpu.yaml (see docs/INSTALL.md)."
+	@echo "Then: scripts/train_grpo.sh --run   # configs/cluster.yaml (see docs/INSTALL.md)."
 
 smoke-vllm: deps
 	$(BIN)/python -m mcprl.training.vllm_smoke

@@ -10,6 +10,7 @@ from mcprl.eval.cli import report_command
 from mcprl.servers import launcher
 from mcprl.servers.cli import app as servers_app
 from mcprl.tools.cli import app as tools_app
+from mcprl.training.cli import train_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Train LLM agents with RL on MCP tools.")
 servers_app.command("up")(launcher.up)
@@ -19,6 +20,7 @@ app.add_typer(tools_app, name="tools")
 app.add_typer(data_app, name="data")
 app.add_typer(eval_app, name="eval")
 app.command("report")(report_command)
+app.command("train")(train_command)
 
 
 if __name__ == "__main__":

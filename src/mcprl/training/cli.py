@@ -1,0 +1,78 @@
+"""`mcprl train`: load and check the config, then run the embedded trainer or SkyRL's.
+
+Mounted by mcprl.cli as `app.command("train")(train_command)`. Imports stay light: torch, the
+trainer and SkyRL load only once a run (or a SkyRL dry run) needs them.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from mcprl.training.callbacks import TrainingHealthError
+from mcprl.training.config import ConfigError, TrainConfig, describe, load_train_config, resolve_rollout_backend
+
+_out = Console(highlight=False)
+_err = Console(stderr=True, highlight=False)
+
+
+class Engine(str, Enum):
+    embedded = "embedded"
+    skyrl = "skyrl"
+
+
+def train_command(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Config YAML, or a directory with model.yaml, "
+                                         "algo_grpo.yaml and rollout.yaml.")] = Path("configs/quickstart.yaml"),
+    engine: Annotated[Engine, typer.Option(help="embedded: mcprl's trainer (CPU or one GPU); "
+                                           "skyrl: SkyRL's Ray/FSDP/vLLM trainer (GPUs).")] = Engine.embedded,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would run and exit; loads no model.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the run's latest checkpoint.")] = False,
+    sft_only: Annotated[bool, typer.Option("--sft-only", help="Stop after SFT (embedded engine).")] = False,
+    override: Annotated[list[str] | None, typer.Option("--override", "-o", help="section.key=value, repeatable, "
+                                                       "e.g. -o algo.lr=1e-5 -o rollout.max_turns=3.")] = None,
+) -> None:
+    """Train an agent with SFT + GRPO on MCP tools, as the config says."""
+    try:
+        cfg = load_train_config(config, override or [])
+        if engine is Engine.skyrl:
+            _run_skyrl(cfg, dry_run=dry_run, resume=resume, sft_only=sft_only)
+        else:
+            _run_embedded(cfg, dry_run=dry_run, resume=resume, sft_only=sft_only)
+    except ConfigError as err:
+        _err.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    except TrainingHealthError as err:
+        _err.print(f"[red]training stopped:[/red] {escape(str(err))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+def _run_embedded(cfg: TrainConfig, *, dry_run: bool, resume: bool, sft_only: bool) -> None:
+    if dry_run:
+        _out.print(describe(cfg, "embedded"), markup=False, soft_wrap=True)
+        return
+    resolve_rollout_backend(cfg)  # an impossible backend fails before any model loads
+    from mcprl.training.trainer import train
+
+    train(cfg, resume=resume, sft_only=sft_only)
+
+
+def _run_skyrl(cfg: TrainConfig, *, dry_run: bool, resume: bool, sft_only: bool) -> None:
+    if sft_only:
+        raise ConfigError("--sft-only: SkyRL's trainer runs GRPO only; use --engine embedded for SFT")
+    from mcprl.training import skyrl_launcher
+
+    if dry_run:
+        plan = skyrl_launcher.dry_run(cfg, resume=resume)
+        _out.print(describe(cfg, "skyrl"), plan, sep="\n", markup=False, soft_wrap=True)
+        return
+    skyrl_launcher.launch(cfg, resume=resume)
+
+
+if __name__ == "__main__":
+    typer.run(train_command)

@@ -1,0 +1,734 @@
+"""The training configuration: typed dataclasses read from one YAML, or from the recipe layout of
+three files in a directory, plus dotted `key=value` overrides from the command line.
+
+Both engines read the same object: the embedded CPU/GPU trainer directly, SkyRL's distributed
+trainer through `mcprl.training.skyrl_launcher`. Everything that can be checked without loading a
+model is checked at load time and fails with one `ConfigError` line naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import importlib.util
+import math
+import netrc
+import os
+import types
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+from mcprl.data.sample import FORMATS as DATA_FORMATS
+
+# Sections of the recipe layout: each file holds its own sections plus, optionally, the shared ones.
+RECIPE_FILES = {"model.yaml": ("model", "finetune"), "algo_grpo.yaml": ("algo", "sft"),
+                "rollout.yaml": ("rollout", "reward")}
+SHARED_SECTIONS = ("run", "data", "eval", "logging", "skyrl")
+# Estimators that need a learned value function; mcprl configures none.
+CRITIC_ESTIMATORS = ("gae",)
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot work; the message is one line with the offending key, value and fix."""
+
+
+def opt(default: Any, help: str) -> Any:  # noqa: A002 - `help` reads best in the field declarations
+    """A dataclass field with a one-line help text; mutable defaults are copied per instance."""
+    if isinstance(default, (list, dict)) or is_dataclass(default):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class RunConfig:
+    name: str = opt("quickstart", "Run name: the W&B run name and SkyRL's run_name.")
+    output_dir: str = opt("runs/quickstart", "Run directory: metrics.jsonl, checkpoints, evals, report.")
+    seed: int = opt(0, "Seed for sampling, shuffling and initialisation.")
+
+
+@dataclass
+class ModelConfig:
+    name: str = opt("smollm2-135m", "Model: the `smollm2-135m` alias, a HF id in the local cache, or a local dir.")
+    dtype: Literal["auto", "bfloat16", "float32"] = opt(
+        "auto", "Weights dtype; auto is bf16 where the device computes it fast (CUDA, CPUs with AMX), else fp32.")
+    device: Literal["auto", "cpu", "cuda"] = opt("auto", "Device for the embedded trainer; auto prefers CUDA.")
+    threads: int = opt(1, "torch intra-op threads (1 leaves the other cores to MCP servers and envs).")
+
+
+@dataclass
+class LoraConfig:
+    r: int = opt(16, "LoRA rank.")
+    alpha: int = opt(32, "LoRA alpha (the update is scaled by alpha / r).")
+    dropout: float = opt(0.0, "LoRA dropout.")
+    target_modules: list[str] = opt(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        "Module names that get adapters; [all-linear] means every linear layer.")
+
+
+@dataclass
+class FinetuneConfig:
+    mode: Literal["lora", "full"] = opt("lora", "lora trains adapters only; full trains every weight.")
+    lora: LoraConfig = opt(LoraConfig(), "LoRA settings (ignored when mode is full).")
+    gradient_checkpointing: bool = opt(False, "Recompute activations in backward to save memory.")
+
+
+@dataclass
+class DataGenerateConfig:
+    method: Literal["rules", "llm", "specs"] = opt(
+        "rules", "How missing datasets are generated (`mcprl data generate --method`); rules needs no network.")
+    n_train: int = opt(400, "Training tasks to generate.")
+    n_eval: int = opt(48, "Evaluation tasks to generate.")
+    seed: int = opt(1, "Seed of the generator.")
+
+
+@dataclass
+class DataConfig:
+    train: str = opt("data/processed/quickstart_train.jsonl", "Training tasks (.jsonl, .json or .parquet).")
+    eval: str = opt("data/processed/quickstart_test.jsonl", "Evaluation tasks (.jsonl, .json or .parquet).")
+    experts: str | None = opt(None, "Expert demonstrations for SFT; default: STEM.experts.jsonl beside data.train.")
+    generate: DataGenerateConfig = opt(DataGenerateConfig(), "Generation of the datasets when they are missing.")
+    regenerate: bool = opt(False, "Regenerate the datasets even when the files exist.")
+
+    def experts_path(self) -> Path:
+        if self.experts:
+            return Path(self.experts)
+        train = Path(self.train)
+        return train.with_name(f"{train.stem}.experts.jsonl")
+
+
+@dataclass
+class SFTConfig:
+    enabled: bool = opt(True, "Run supervised fine-tuning on the expert demonstrations before GRPO.")
+    epochs: float = opt(1.0, "Passes over the demonstrations (fractions allowed).")
+    max_steps: int | None = opt(None, "Stop after this many optimizer steps (overrides epochs).")
+    lr: float = opt(3e-4, "Learning rate.")
+    batch_size: int = opt(8, "Demonstrations per optimizer step.")
+    max_seq_len: int = opt(1024, "Longer demonstrations are truncated to this many tokens.")
+    warmup_steps: int = opt(5, "Linear warm-up steps.")
+
+
+@dataclass
+class AlgoConfig:
+    name: Literal["grpo"] = opt("grpo", "The algorithm family; advantage_estimator and policy_loss pick the variant.")
+    advantage_estimator: str = opt("grpo", "A SkyRL advantage estimator (grpo, rloo, reinforce++, maxrl, ...).")
+    policy_loss: str = opt("regular", "A SkyRL policy loss (regular = PPO clip, dual_clip, gspo, cispo, sapo, ...).")
+    loss_reduction: Literal["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "prompt_mean"] = opt(
+        "token_mean", "How per-token losses are averaged.")
+    group_size: int = opt(4, "Rollouts per prompt; advantages compare the rollouts of one prompt.")
+    prompts_per_step: int = opt(8, "Prompts per GRPO step (the batch is prompts_per_step * group_size rollouts).")
+    steps: int = opt(20, "GRPO steps.")
+    epochs: int = opt(1, "PPO epochs over each step's batch.")
+    micro_batch_size: int = opt(8, "Rollouts per forward/backward pass (gradients accumulate).")
+    lr: float = opt(1e-4, "Learning rate.")
+    weight_decay: float = opt(0.0, "AdamW weight decay.")
+    grad_clip: float = opt(1.0, "Max gradient norm.")
+    eps_clip_low: float = opt(0.2, "PPO ratio clip below 1 - eps_clip_low.")
+    eps_clip_high: float = opt(0.28, "PPO ratio clip above 1 + eps_clip_high (DAPO clip-higher).")
+    clip_ratio_c: float = opt(3.0, "Dual-clip bound for negative advantages (policy_loss dual_clip).")
+    kl_coef: float = opt(0.0, "Weight of the KL to the reference model; 0 turns KL (and the reference model) off.")
+    use_kl_loss: bool = opt(False, "KL as a loss term (true) or as a penalty subtracted from the reward (false).")
+    kl_estimator: Literal["k1", "k2", "k3", "abs"] = opt("k3", "KL estimator (see joschu.net/blog/kl-approx).")
+    grpo_norm_by_std: bool = opt(True, "Divide group-relative advantages by the group's reward std.")
+    save_every: int = opt(5, "Checkpoint every N GRPO steps (0: only at the end).")
+    lr_scheduler: Literal["constant", "cosine"] = opt("constant", "Learning-rate schedule after warm-up.")
+    warmup_steps: int = opt(0, "Linear warm-up steps.")
+    health_patience: int = opt(3, "Stop after this many GRPO steps with zero ratio std despite signal (0: never).")
+
+
+@dataclass
+class VLLMConfig:
+    gpu_memory_utilization: float = opt(0.6, "Fraction of GPU memory vLLM may take.")
+    max_model_len: int = opt(4096, "vLLM context length (prompt + all turns).")
+    enforce_eager: bool = opt(False, "Disable CUDA graphs (SkyRL turns it off again for LoRA).")
+
+
+@dataclass
+class RolloutConfig:
+    backend: Literal["auto", "hf", "vllm"] = opt(
+        "auto", "Generation backend; auto picks vLLM for LoRA when vLLM and a CUDA GPU are present, else HF.")
+    num_envs: int | None = opt(None, "Episodes run concurrently; default prompts_per_step * group_size.")
+    max_turns: int = opt(5, "Model turns per episode.")
+    max_new_tokens: int = opt(96, "Tokens generated per turn.")
+    max_input_length: int = opt(2048, "Longest context (prompt + earlier turns) a turn may start from.")
+    temperature: float = opt(1.0, "Sampling temperature for training rollouts.")
+    top_p: float = opt(1.0, "Nucleus sampling.")
+    top_k: int = opt(-1, "Top-k sampling (-1: off).")
+    tool_timeout_s: float = opt(10.0, "Seconds before a tool call counts as timed out.")
+    tool_retries: int = opt(1, "Retries of a tool call after a transport failure.")
+    tool_allowlist: list[str] | None = opt(None, "Only these tools are offered (default: all tools of the servers).")
+    servers_config: str | None = opt(None, "MCP servers YAML; default: mcprl's own servers over stdio.")
+    observation_role: Literal["user", "tool"] = opt(
+        "user", "Role of tool results in the chat; tool only if the chat template knows that role.")
+    vllm: VLLMConfig = opt(VLLMConfig(), "vLLM engine settings.")
+
+
+@dataclass
+class RewardConfig:
+    backend: Literal["heuristic", "llm_judge"] = opt("heuristic", "Per-step reward: rules, or an LLM judge.")
+    weights: dict[str, Any] = opt({}, "Overrides of HeuristicWeights fields (docs/rewards.md).")
+    judge: dict[str, Any] = opt({}, "JudgeConfig fields (model, base_url, ...); keys come from the environment.")
+
+
+@dataclass
+class EvalConfig:
+    before: bool = opt(True, "Evaluate the base model before training.")
+    after_sft: bool = opt(True, "Evaluate after SFT.")
+    after_grpo: bool = opt(True, "Evaluate after GRPO.")
+    n_samples: int = opt(1, "Samples per task (pass@k needs k > 1).")
+    max_tasks: int | None = opt(48, "Evaluate at most this many tasks (null: all).")
+    temperature: float = opt(0.0, "Sampling temperature for evaluation (0: greedy).")
+
+
+@dataclass
+class WandbConfig:
+    enabled: Union[bool, Literal["auto"]] = opt("auto", "Log to Weights & Biases; auto: whenever wandb is installed.")
+    project: str = opt("mcprl", "W&B project.")
+    entity: str | None = opt(None, "W&B entity (team or user).")
+    mode: Literal["auto", "online", "offline", "disabled"] = opt(
+        "auto", "auto: online when WANDB_API_KEY is set, else offline (never prompts).")
+    tags: list[str] = opt([], "W&B run tags.")
+
+
+@dataclass
+class LoggingConfig:
+    wandb: WandbConfig = opt(WandbConfig(), "Weights & Biases.")
+    tensorboard: bool = opt(False, "Write TensorBoard events to RUN_DIR/tensorboard (needs `tensorboard`).")
+    console_every: int = opt(1, "Print a one-line summary every N steps (0: never).")
+
+
+@dataclass
+class SkyRLConfig:
+    num_nodes: int = opt(1, "Nodes for the policy (and, colocated, the vLLM engines).")
+    gpus_per_node: int = opt(1, "GPUs per node.")
+    strategy: Literal["fsdp", "megatron"] = opt("fsdp", "SkyRL training backend.")
+    colocate_all: bool = opt(True, "Training and vLLM share the GPUs (sleep/wake between phases).")
+    tensor_parallel_size: int = opt(1, "vLLM tensor parallelism per engine.")
+    num_inference_engines: int | None = opt(None, "vLLM engines; default nodes * gpus_per_node / tensor_parallel_size.")
+    overrides: list[str] = opt([], "Extra SkyRL `key=value` overrides, applied last (see skyrl/train/config).")
+
+
+@dataclass
+class TrainConfig:
+    run: RunConfig = opt(RunConfig(), "Run identity and output directory.")
+    model: ModelConfig = opt(ModelConfig(), "Base model.")
+    finetune: FinetuneConfig = opt(FinetuneConfig(), "What is trained.")
+    data: DataConfig = opt(DataConfig(), "Task datasets.")
+    sft: SFTConfig = opt(SFTConfig(), "Supervised warm-start on expert demonstrations.")
+    algo: AlgoConfig = opt(AlgoConfig(), "GRPO.")
+    rollout: RolloutConfig = opt(RolloutConfig(), "Episodes: generation and tools.")
+    reward: RewardConfig = opt(RewardConfig(), "Reward function.")
+    eval: EvalConfig = opt(EvalConfig(), "Evaluations around training.")
+    logging: LoggingConfig = opt(LoggingConfig(), "Metrics and experiment tracking.")
+    skyrl: SkyRLConfig = opt(SkyRLConfig(), "SkyRL's distributed trainer only (engine skyrl).")
+
+    @property
+    def num_envs(self) -> int:
+        return self.rollout.num_envs or self.algo.prompts_per_step * self.algo.group_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+
+
+def load_train_config(path: str | Path, overrides: typing.Sequence[str] = ()) -> TrainConfig:
+    """Read a config file (or a recipe directory), apply `key=value` overrides, build and validate."""
+    raw = _read_raw(Path(path))
+    for text in overrides:
+        _apply_override(raw, text)
+    cfg = _build(TrainConfig, raw, "")
+    validate(cfg)
+    return cfg
+
+
+def save_config(cfg: TrainConfig, path: str | Path) -> Path:
+    """The resolved config as YAML (what `mcprl report` shows and `load_train_config` reads back)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}: invalid YAML{where}: {getattr(err, 'problem', None) or err}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _read_raw(path: Path) -> dict[str, Any]:
+    if path.is_file():
+        return _read_yaml(path)
+    if not path.is_dir():
+        raise ConfigError(f"config {path} does not exist; pass a YAML file or a directory with "
+                          f"{', '.join(RECIPE_FILES)}")
+    present = [name for name in RECIPE_FILES if (path / name).is_file()]
+    if not present:
+        raise ConfigError(f"config directory {path} holds none of {', '.join(RECIPE_FILES)}")
+    raw: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for name in present:
+        allowed = RECIPE_FILES[name] + SHARED_SECTIONS
+        for section, value in _read_yaml(path / name).items():
+            if section not in allowed:
+                home = next((f for f, own in RECIPE_FILES.items() if section in own), None)
+                hint = f"it belongs in {home}" if home else f"allowed here: {', '.join(allowed)}"
+                raise ConfigError(f"{path / name}: section '{section}' is not part of {name}; {hint}")
+            if section in origin:
+                raise ConfigError(f"section '{section}' appears in both {origin[section]} and {name} under {path}")
+            origin[section] = name
+            raw[section] = value
+    return raw
+
+
+def _apply_override(raw: dict[str, Any], text: str) -> None:
+    key, sep, value_text = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"override {text!r} must look like section.key=value, e.g. algo.lr=1e-5")
+    parts = key.split(".")
+    target = _field_type_at(parts)
+    node = raw
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = _parse_override_value(value_text.strip(), target)
+
+
+def _field_type_at(parts: list[str]) -> Any:
+    """The declared type at a dotted path; keys below a free-form dict field are accepted as is."""
+    tp: Any = TrainConfig
+    for i, part in enumerate(parts):
+        where = ".".join(parts[: i + 1])
+        cls = _dataclass_of(tp)
+        if cls is None:
+            if _is_mapping_type(tp):
+                return Any
+            raise ConfigError(f"override key '{'.'.join(parts)}': '{'.'.join(parts[:i])}' is a value, not a section")
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            raise ConfigError(_unknown_key(where, part, hints))
+        tp = hints[part]
+    return tp
+
+
+def _parse_override_value(text: str, tp: Any) -> Any:
+    """Strings stay verbatim for string fields (so `run.name=007` stays "007"); the rest is YAML."""
+    if _accepts_only_strings(tp):
+        return None if text in ("null", "~") and _is_optional(tp) else text
+    try:
+        return yaml.safe_load(text) if text else ""
+    except yaml.YAMLError:
+        return text
+
+
+# ---------------------------------------------------------------------------------------------
+# Building typed objects from plain data
+# ---------------------------------------------------------------------------------------------
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"'{prefix or 'config'}' must be a mapping of keys, got {_show(data)}")
+    hints = typing.get_type_hints(cls)
+    for key in data:
+        if key not in hints:
+            raise ConfigError(_unknown_key(_join(prefix, str(key)), str(key), hints))
+    kwargs = {f.name: _coerce(hints[f.name], data[f.name], _join(prefix, f.name)) for f in fields(cls)
+              if f.name in data}
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, where: str) -> Any:
+    if tp is Any:
+        return value
+    cls = _dataclass_of(tp)
+    if cls is not None and not _is_union(tp):
+        return _build(cls, value, where)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if _is_union(tp):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(arg, value, where)
+            except ConfigError as err:
+                errors.append(err)
+        if len(errors) == 1:
+            raise errors[0]
+        raise ConfigError(f"{where} must be {_describe(tp)}, got {_show(value)}")
+    if origin is Literal:
+        if value in args and not isinstance(value, bool):
+            return value
+        choices = ", ".join(map(str, args))
+        close = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"{where}={_show(value)} is not one of: {choices}{hint}")
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # PyYAML reads `1e-4` (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+    elif origin is list:
+        if isinstance(value, (list, tuple)):
+            (item,) = args or (Any,)
+            return [_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    elif origin is dict or tp is dict:
+        if isinstance(value, dict):
+            return dict(value)
+    raise ConfigError(f"{where} must be {_describe(tp)}, got {_show(value)}")
+
+
+def _describe(tp: Any) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if _is_union(tp):
+        parts: list[str] = []
+        for arg in args:
+            if arg is bool:
+                parts += ["true", "false"]
+            elif typing.get_origin(arg) is Literal:
+                parts += map(str, typing.get_args(arg))
+            else:
+                parts.append("null" if arg is type(None) else _describe(arg))
+        return ", ".join(parts[:-1]) + " or " + parts[-1]
+    if origin is Literal:
+        return "one of " + ", ".join(map(str, args))
+    if origin is list:
+        return f"a list of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s" if args else "a list"
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    if tp in names:
+        return names[tp]
+    if origin is dict or tp is dict:
+        return "a mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _unknown_key(where: str, key: str, known: typing.Iterable[str]) -> str:
+    known = sorted(known)
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    parent = where.rpartition(".")[0]
+    if close:
+        return f"unknown config key '{where}'; did you mean '{_join(parent, close[0])}'?"
+    return f"unknown config key '{where}'; known here: {', '.join(known)}"
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (Union, types.UnionType)
+
+
+def _is_optional(tp: Any) -> bool:
+    return _is_union(tp) and type(None) in typing.get_args(tp)
+
+
+def _is_mapping_type(tp: Any) -> bool:
+    return tp is dict or typing.get_origin(tp) is dict
+
+
+def _dataclass_of(tp: Any) -> type | None:
+    if isinstance(tp, type) and is_dataclass(tp):
+        return tp
+    return None
+
+
+def _accepts_only_strings(tp: Any) -> bool:
+    args = [a for a in typing.get_args(tp) if a is not type(None)] if _is_union(tp) else [tp]
+    return all(a is str or (typing.get_origin(a) is Literal and all(isinstance(c, str) for c in typing.get_args(a)))
+               for a in args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Cross-field rules, SkyRL's algorithm registries and reward keys; raises ConfigError."""
+    for ok, message in _rules(cfg):
+        if not ok:
+            raise ConfigError(message)
+    _check_algorithm_names(cfg.algo)
+    _check_reward_keys(cfg.reward)
+
+
+def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
+    a, r, s, lora = cfg.algo, cfg.rollout, cfg.sft, cfg.finetune.lora
+    return [
+        (cfg.model.threads >= 1, f"model.threads must be >= 1, got {cfg.model.threads}"),
+        (cfg.finetune.mode == "full" or lora.r >= 1, f"finetune.lora.r must be >= 1 for mode lora, got {lora.r}"),
+        (cfg.finetune.mode == "full" or lora.alpha > 0, f"finetune.lora.alpha must be > 0, got {lora.alpha}"),
+        (0.0 <= lora.dropout < 1.0, f"finetune.lora.dropout must be in [0, 1), got {lora.dropout}"),
+        (cfg.finetune.mode == "full" or bool(lora.target_modules),
+         "finetune.lora.target_modules is empty; list module names or use [all-linear]"),
+        *((Path(path).suffix.lstrip(".") in DATA_FORMATS,
+           f"data.{key}={path} must be a {', '.join('.' + f for f in DATA_FORMATS)} file")
+          for key, path in (("train", cfg.data.train), ("eval", cfg.data.eval), ("experts", cfg.data.experts_path()))),
+        (cfg.data.generate.n_train >= 1 and cfg.data.generate.n_eval >= 1,
+         "data.generate.n_train and n_eval must be >= 1"),
+        (not s.enabled or s.lr > 0, f"sft.lr must be positive, got {s.lr}"),
+        (s.epochs > 0, f"sft.epochs must be positive, got {s.epochs}"),
+        (s.max_steps is None or s.max_steps >= 1, f"sft.max_steps must be >= 1 or null, got {s.max_steps}"),
+        (s.batch_size >= 1 and s.max_seq_len >= 1, "sft.batch_size and sft.max_seq_len must be >= 1"),
+        (s.warmup_steps >= 0, f"sft.warmup_steps must be >= 0, got {s.warmup_steps}"),
+        (a.group_size >= 2, f"algo.group_size must be >= 2 for GRPO (advantages compare rollouts of one prompt), "
+                            f"got {a.group_size}"),
+        (a.advantage_estimator not in CRITIC_ESTIMATORS,
+         f"algo.advantage_estimator={a.advantage_estimator} needs a critic model, which mcprl does not configure; "
+         f"use grpo, rloo, reinforce++ or maxrl"),
+        (a.prompts_per_step >= 1, f"algo.prompts_per_step must be >= 1, got {a.prompts_per_step}"),
+        (a.steps >= 1, f"algo.steps must be >= 1, got {a.steps} (use --sft-only to skip GRPO)"),
+        (a.epochs >= 1, f"algo.epochs must be >= 1, got {a.epochs}"),
+        (a.micro_batch_size >= 1, f"algo.micro_batch_size must be >= 1, got {a.micro_batch_size}"),
+        (a.lr > 0, f"algo.lr must be positive, got {a.lr}"),
+        (a.weight_decay >= 0, f"algo.weight_decay must be >= 0, got {a.weight_decay}"),
+        (a.grad_clip > 0, f"algo.grad_clip must be positive, got {a.grad_clip}"),
+        (a.eps_clip_low > 0 and a.eps_clip_high > 0, "algo.eps_clip_low and eps_clip_high must be positive"),
+        (a.eps_clip_low < 1, f"algo.eps_clip_low must be < 1 (ratios clip at 1 - eps_clip_low), got {a.eps_clip_low}"),
+        (a.clip_ratio_c > 1, f"algo.clip_ratio_c must be > 1, got {a.clip_ratio_c}"),
+        (a.kl_coef >= 0, f"algo.kl_coef must be >= 0, got {a.kl_coef}"),
+        (not a.use_kl_loss or a.kl_coef > 0,
+         "algo.use_kl_loss=true needs algo.kl_coef > 0; set kl_coef (e.g. 0.001) or use_kl_loss: false"),
+        (a.save_every >= 0, f"algo.save_every must be >= 0, got {a.save_every}"),
+        (a.warmup_steps >= 0, f"algo.warmup_steps must be >= 0, got {a.warmup_steps}"),
+        (a.health_patience >= 0, f"algo.health_patience must be >= 0, got {a.health_patience}"),
+        (r.num_envs is None or r.num_envs >= 1, f"rollout.num_envs must be >= 1 or null, got {r.num_envs}"),
+        (r.max_turns >= 1, f"rollout.max_turns must be >= 1, got {r.max_turns}"),
+        (r.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {r.max_new_tokens}"),
+        (r.max_input_length > r.max_new_tokens,
+         f"rollout.max_input_length ({r.max_input_length}) must exceed max_new_tokens ({r.max_new_tokens})"),
+        (r.temperature > 0, f"rollout.temperature must be > 0 for GRPO (greedy rollouts of one prompt are identical "
+                            f"and carry no advantage), got {r.temperature}"),
+        (0 < r.top_p <= 1, f"rollout.top_p must be in (0, 1], got {r.top_p}"),
+        (r.top_k == -1 or r.top_k >= 1, f"rollout.top_k must be -1 (off) or >= 1, got {r.top_k}"),
+        (r.tool_timeout_s > 0, f"rollout.tool_timeout_s must be positive, got {r.tool_timeout_s}"),
+        (r.tool_retries >= 0, f"rollout.tool_retries must be >= 0, got {r.tool_retries}"),
+        (r.tool_allowlist is None or bool(r.tool_allowlist), "rollout.tool_allowlist is empty; use null for all tools"),
+        (0 < r.vllm.gpu_memory_utilization <= 1,
+         f"rollout.vllm.gpu_memory_utilization must be in (0, 1], got {r.vllm.gpu_memory_utilization}"),
+        (r.vllm.max_model_len >= r.max_input_length + r.max_new_tokens,
+         f"rollout.vllm.max_model_len ({r.vllm.max_model_len}) must be >= max_input_length + max_new_tokens "
+         f"({r.max_input_length + r.max_new_tokens})"),
+        (cfg.eval.n_samples >= 1, f"eval.n_samples must be >= 1, got {cfg.eval.n_samples}"),
+        (cfg.eval.max_tasks is None or cfg.eval.max_tasks >= 1,
+         f"eval.max_tasks must be >= 1 or null, got {cfg.eval.max_tasks}"),
+        (cfg.eval.temperature >= 0, f"eval.temperature must be >= 0, got {cfg.eval.temperature}"),
+        (cfg.logging.console_every >= 0, f"logging.console_every must be >= 0, got {cfg.logging.console_every}"),
+        (cfg.skyrl.num_nodes >= 1 and cfg.skyrl.gpus_per_node >= 1, "skyrl.num_nodes and gpus_per_node must be >= 1"),
+        (cfg.skyrl.tensor_parallel_size >= 1, "skyrl.tensor_parallel_size must be >= 1"),
+        (cfg.skyrl.num_inference_engines is None or cfg.skyrl.num_inference_engines >= 1,
+         "skyrl.num_inference_engines must be >= 1 or null"),
+        (all("=" in o for o in cfg.skyrl.overrides), "skyrl.overrides entries must look like key=value"),
+    ]
+
+
+def _check_algorithm_names(algo: AlgoConfig) -> None:
+    """Names must exist in SkyRL's registries (the embedded trainer calls the same functions)."""
+    import mcprl._compat  # noqa: F401 - before any skyrl import
+    from skyrl.backends.skyrl_train.utils.ppo_utils import AdvantageEstimatorRegistry, PolicyLossRegistry
+
+    for key, value, registry in (("advantage_estimator", algo.advantage_estimator, AdvantageEstimatorRegistry),
+                                 ("policy_loss", algo.policy_loss, PolicyLossRegistry)):
+        available = sorted(registry.list_available())
+        if value not in available:
+            close = difflib.get_close_matches(value, available, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ConfigError(f"algo.{key}={value!r} is not registered in SkyRL; {hint}"
+                              f"available: {', '.join(available)}")
+
+
+def _check_reward_keys(reward: RewardConfig) -> None:
+    if reward.weights:
+        from mcprl.rewards.heuristic import HeuristicWeights
+
+        _check_keys("reward.weights", reward.weights, HeuristicWeights)
+    if reward.judge:
+        from mcprl.rewards.judge import JudgeConfig
+
+        _check_keys("reward.judge", reward.judge, JudgeConfig)
+
+
+def _check_keys(where: str, data: dict[str, Any], cls: type) -> None:
+    known = [f.name for f in fields(cls)]
+    for key in data:
+        if key not in known:
+            raise ConfigError(_unknown_key(f"{where}.{key}", key, known))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decisions that depend on the machine
+# ---------------------------------------------------------------------------------------------
+
+
+def rollout_backend_choice(cfg: TrainConfig) -> tuple[Literal["hf", "vllm"], str]:
+    """(backend, why) for the embedded trainer; torch is imported only when vLLM is installed."""
+    backend = cfg.rollout.backend
+    if backend == "hf":
+        return "hf", "rollout.backend=hf"
+    if backend == "auto" and cfg.finetune.mode != "lora":
+        return "hf", "auto: full fine-tuning generates with the trained weights in place (HF)"
+    missing = _vllm_missing(cfg)
+    if backend == "vllm":
+        if missing:
+            raise ConfigError(f"rollout.backend=vllm needs vLLM and a GPU: {missing}; use backend: hf or auto")
+        return "vllm", "rollout.backend=vllm"
+    if missing:
+        return "hf", f"auto: {missing}"
+    return "vllm", "auto: LoRA with vLLM installed and a CUDA GPU present"
+
+
+def resolve_rollout_backend(cfg: TrainConfig) -> Literal["hf", "vllm"]:
+    return rollout_backend_choice(cfg)[0]
+
+
+def _vllm_missing(cfg: TrainConfig) -> str | None:
+    if cfg.model.device == "cpu":
+        return "model.device is cpu"
+    if importlib.util.find_spec("vllm") is None:
+        return "vllm is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible"
+    return None
+
+
+def resolve_wandb_mode(wandb: WandbConfig) -> Literal["online", "offline", "disabled"]:
+    """auto: online only with WANDB_API_KEY set, else offline, so a run never waits on a login prompt."""
+    if wandb.enabled is False or wandb.mode == "disabled":
+        return "disabled"
+    if importlib.util.find_spec("wandb") is None:
+        if wandb.enabled is True:
+            raise ConfigError("logging.wandb.enabled=true but wandb is not installed: pip install wandb")
+        return "disabled"
+    if wandb.mode == "online":
+        if not has_wandb_credentials():
+            raise ConfigError("logging.wandb.mode=online needs WANDB_API_KEY (or `wandb login`); "
+                              "use mode: offline or auto")
+        return "online"
+    if wandb.mode == "offline":
+        return "offline"
+    return "online" if os.environ.get("WANDB_API_KEY") else "offline"
+
+
+def has_wandb_credentials() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Human-readable views
+# ---------------------------------------------------------------------------------------------
+
+
+def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded") -> str:
+    """What a run would do, for `mcprl train --dry-run`; loads no model."""
+    ft, a, r = cfg.finetune, cfg.algo, cfg.rollout
+    if engine == "skyrl":
+        backend, why = "vllm", "SkyRL's trainer always generates with vLLM"
+    else:
+        backend, why = rollout_backend_choice(cfg)
+    finetune = (f"lora (r={ft.lora.r}, alpha={ft.lora.alpha}, modules={','.join(ft.lora.target_modules)})"
+                if ft.mode == "lora" else "full (every weight)")
+    kl = "off" if a.kl_coef == 0 else f"{a.kl_coef} ({'loss' if a.use_kl_loss else 'in reward'}, {a.kl_estimator})"
+    sft = (f"on: {cfg.sft.epochs} epoch(s), lr {cfg.sft.lr}, batch {cfg.sft.batch_size}, "
+           f"demos {_exists(cfg.data.experts_path())}") if cfg.sft.enabled else "off"
+    wandb = _wandb_line(cfg.logging.wandb)
+    lines = [
+        f"engine:     {engine}",
+        f"run:        {cfg.run.name} -> {cfg.run.output_dir} (seed {cfg.run.seed})",
+        f"model:      {cfg.model.name} (dtype {cfg.model.dtype}, device {cfg.model.device})",
+        f"finetune:   {finetune}",
+        f"rollout:    {backend} ({why}); {cfg.num_envs} envs, {r.max_turns} turns x {r.max_new_tokens} tokens, "
+        f"T={r.temperature}",
+        f"algorithm:  {a.name}: advantage {a.advantage_estimator}, loss {a.policy_loss} ({a.loss_reduction}), "
+        f"group {a.group_size} x {a.prompts_per_step} prompts, {a.steps} steps, lr {a.lr} ({a.lr_scheduler}), "
+        f"clip [{a.eps_clip_low}, {a.eps_clip_high}], kl {kl}",
+        f"sft:        {sft}",
+        f"reward:     {cfg.reward.backend}",
+        f"data:       train {_exists(Path(cfg.data.train))}, eval {_exists(Path(cfg.data.eval))}"
+        + (" (regenerate)" if cfg.data.regenerate else ""),
+        f"tools:      {r.servers_config or 'mcprl servers (stdio)'}, timeout {r.tool_timeout_s}s",
+        f"logging:    metrics.jsonl, W&B {wandb}, tensorboard {'on' if cfg.logging.tensorboard else 'off'}",
+    ]
+    return "\n".join(lines)
+
+
+def _exists(path: Path) -> str:
+    return f"{path} ({'exists' if path.is_file() else 'missing'})"
+
+
+def _wandb_line(wandb: WandbConfig) -> str:
+    try:
+        mode = resolve_wandb_mode(wandb)
+    except ConfigError as err:
+        return f"error: {err}"
+    return mode if mode == "disabled" else f"{mode} (project {wandb.project})"
+
+
+def config_reference() -> str:
+    """A markdown table of every key, type, default and help text (docs/training.md embeds it)."""
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in fields(cls):
+            key, tp = _join(prefix, f.name), hints[f.name]
+            nested = _dataclass_of(tp)
+            if nested is not None:
+                walk(nested, key)
+                continue
+            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+            rows.append(f"| `{key}` | {_describe(tp)} | `{_yaml_value(default)}` | {f.metadata.get('help', '')} |")
+
+    walk(TrainConfig, "")
+    return "\n".join(rows)
+
+
+def _yaml_value(value: Any) -> str:
+    if isinstance(value, float) and math.isfinite(value) and value != 0 and abs(value) < 1e-3:
+        return f"{value:g}"
+    return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...").strip()

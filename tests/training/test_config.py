@@ -1,0 +1,272 @@
+"""The training config: YAML layouts, typed overrides, load-time errors, backend choice, CLI wiring."""
+
+import importlib.util
+import sys
+import types
+import typing
+from dataclasses import is_dataclass
+from pathlib import Path
+
+import pytest
+import torch
+import typer
+from typer.testing import CliRunner
+
+from mcprl.training import config as config_module
+from mcprl.training.cli import train_command
+from mcprl.training.config import (
+    ConfigError,
+    TrainConfig,
+    config_reference,
+    describe,
+    load_train_config,
+    resolve_rollout_backend,
+    resolve_wandb_mode,
+    rollout_backend_choice,
+    save_config,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs"
+QUICKSTART = CONFIGS / "quickstart.yaml"
+
+
+def load(*overrides: str) -> TrainConfig:
+    return load_train_config(QUICKSTART, list(overrides))
+
+
+def test_quickstart_yaml_lists_exactly_the_dataclass_defaults():
+    assert load() == TrainConfig()
+
+
+def test_recipe_directory_is_the_quickstart_split_in_three_files():
+    assert sorted(p.name for p in (CONFIGS / "recipe").glob("*.yaml")) == ["algo_grpo.yaml", "model.yaml",
+                                                                            "rollout.yaml"]
+    assert load_train_config(CONFIGS / "recipe") == load()
+
+
+def test_gpu_and_cluster_configs_load():
+    gpu = load_train_config(CONFIGS / "gpu.yaml")
+    assert (gpu.model.dtype, gpu.model.device, gpu.rollout.backend) == ("bfloat16", "cuda", "hf")
+    assert gpu.algo.prompts_per_step * gpu.algo.group_size > TrainConfig().num_envs
+    cluster = load_train_config(CONFIGS / "cluster.yaml")
+    assert cluster.model.name == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert (cluster.finetune.mode, cluster.rollout.backend, cluster.sft.enabled) == ("lora", "vllm", False)
+    assert cluster.skyrl.gpus_per_node >= 1
+
+
+def test_overrides_are_typed_by_the_field():
+    cfg = load("algo.lr=1e-5", "run.name=007", "rollout.tool_allowlist=[get_quote, search]",
+               "reward.weights.solved=2", "logging.wandb.enabled=false", "eval.max_tasks=null",
+               "sft.max_steps=3", "finetune.lora.dropout=0")
+    assert cfg.algo.lr == pytest.approx(1e-5) and isinstance(cfg.algo.lr, float)
+    assert cfg.run.name == "007"
+    assert cfg.rollout.tool_allowlist == ["get_quote", "search"]
+    assert cfg.reward.weights == {"solved": 2}
+    assert cfg.logging.wandb.enabled is False
+    assert cfg.eval.max_tasks is None and cfg.sft.max_steps == 3
+    assert cfg.finetune.lora.dropout == 0.0 and isinstance(cfg.finetune.lora.dropout, float)
+
+
+def test_later_overrides_win_and_yaml_floats_without_dot_are_numbers(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("algo:\n  lr: 3e-4\n")
+    assert load_train_config(path).algo.lr == pytest.approx(3e-4)
+    assert load_train_config(path, ["algo.lr=1", "algo.lr=2"]).algo.lr == 2.0
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("algo.lrr=1", "unknown config key 'algo.lrr'; did you mean 'algo.lr'?"),
+    ("algos.lr=1", "did you mean 'algo'?"),
+    ("algo.lr=abc", "algo.lr must be a number, got 'abc'"),
+    ("algo.steps=2.5", "algo.steps must be an integer, got 2.5"),
+    ("finetune.mode=lorra", "finetune.mode='lorra' is not one of: lora, full; did you mean 'lora'?"),
+    ("algo.group_size=1", "algo.group_size must be >= 2"),
+    ("algo.lr=0", "algo.lr must be positive"),
+    ("sft.lr=-1e-4", "sft.lr must be positive"),
+    ("algo.policy_loss=gpso", "algo.policy_loss='gpso' is not registered in SkyRL; did you mean 'gspo'?"),
+    ("algo.advantage_estimator=grp", "did you mean 'grpo'?"),
+    ("algo.advantage_estimator=gae", "needs a critic model"),
+    ("algo.use_kl_loss=true", "algo.use_kl_loss=true needs algo.kl_coef > 0"),
+    ("reward.weights.solvd=1", "unknown config key 'reward.weights.solvd'; did you mean 'reward.weights.solved'?"),
+    ("reward.judge.modle=x", "did you mean 'reward.judge.model'?"),
+    ("rollout.temperature=0", "rollout.temperature must be > 0 for GRPO"),
+    ("rollout.vllm.max_model_len=1024", "rollout.vllm.max_model_len (1024) must be >= max_input_length"),
+    ("logging.wandb.enabled=maybe", "logging.wandb.enabled must be true, false or auto, got 'maybe'"),
+    ("finetune.lora.target_modules=q_proj", "finetune.lora.target_modules must be a list of strings"),
+    ("finetune.lora.r=0", "finetune.lora.r must be >= 1"),
+    ("algo.lr.x=1", "'algo.lr' is a value, not a section"),
+    ("model=3", "'model' must be a mapping"),
+    ("data.train=tasks.csv", "data.train=tasks.csv must be a .json, .jsonl, .parquet file"),
+    ("no-equals-sign", "must look like section.key=value"),
+])
+def test_invalid_configs_fail_at_load_with_one_clear_line(override, expected):
+    with pytest.raises(ConfigError) as err:
+        load(override)
+    assert expected in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_lora_fields_are_fine_with_full_finetuning():
+    cfg = load("finetune.mode=full", "finetune.lora.r=0")
+    assert cfg.finetune.mode == "full"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("algo: [1, 2\n", "invalid YAML at line"),
+    ("- just\n- a list\n", "the top level must be a mapping"),
+    ("algo:\n  lr: 1\ntypo_section: {}\n", "unknown config key 'typo_section'"),
+])
+def test_bad_files_fail_with_one_line(tmp_path, text, expected):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=expected):
+        load_train_config(path)
+
+
+def test_recipe_directory_errors(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_train_config(tmp_path / "nope")
+    with pytest.raises(ConfigError, match="holds none of model.yaml"):
+        load_train_config(tmp_path)
+    (tmp_path / "model.yaml").write_text("algo: {lr: 1.0e-5}\n")
+    with pytest.raises(ConfigError, match="section 'algo' is not part of model.yaml; it belongs in algo_grpo.yaml"):
+        load_train_config(tmp_path)
+    (tmp_path / "model.yaml").write_text("run: {name: a}\n")
+    (tmp_path / "rollout.yaml").write_text("run: {name: b}\n")
+    with pytest.raises(ConfigError, match="section 'run' appears in both model.yaml and rollout.yaml"):
+        load_train_config(tmp_path)
+    (tmp_path / "rollout.yaml").write_text("rollout: {max_turns: 3}\n")
+    cfg = load_train_config(tmp_path, ["algo.steps=7"])
+    assert (cfg.run.name, cfg.rollout.max_turns, cfg.algo.steps) == ("a", 3, 7)
+
+
+def test_save_config_round_trips(tmp_path):
+    cfg = load("algo.lr=2e-5", "rollout.tool_allowlist=[a]", "reward.weights.solved=2.0")
+    assert load_train_config(save_config(cfg, tmp_path / "config.yaml")) == cfg
+
+
+def _fake_find_spec(present: bool):
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args, **kwargs):
+        if name == "vllm":
+            return importlib.machinery.ModuleSpec("vllm", None) if present else None
+        return real(name, *args, **kwargs)
+
+    return find_spec
+
+
+def test_auto_backend_without_vllm_is_hf_and_explicit_vllm_fails_with_one_line(monkeypatch):
+    monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(False))
+    assert rollout_backend_choice(load()) == ("hf", "auto: vllm is not installed")
+    with pytest.raises(ConfigError) as err:
+        resolve_rollout_backend(load("rollout.backend=vllm"))
+    assert str(err.value) == ("rollout.backend=vllm needs vLLM and a GPU: vllm is not installed; "
+                              "use backend: hf or auto")
+
+
+def test_auto_backend_picks_vllm_for_lora_only_with_a_gpu(monkeypatch):
+    monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(True))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_rollout_backend(load()) == "vllm"
+    assert resolve_rollout_backend(load("rollout.backend=vllm")) == "vllm"
+    assert resolve_rollout_backend(load("finetune.mode=full")) == "hf"
+    assert resolve_rollout_backend(load("rollout.backend=hf")) == "hf"
+    assert rollout_backend_choice(load("model.device=cpu")) == ("hf", "auto: model.device is cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert rollout_backend_choice(load()) == ("hf", "auto: no CUDA GPU is visible")
+    with pytest.raises(ConfigError, match="no CUDA GPU is visible"):
+        resolve_rollout_backend(load("rollout.backend=vllm"))
+
+
+def test_wandb_mode_auto_is_online_only_with_an_api_key(monkeypatch):
+    wandb = load().logging.wandb
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    assert resolve_wandb_mode(wandb) == "offline"
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert resolve_wandb_mode(wandb) == "online"
+    assert resolve_wandb_mode(load("logging.wandb.enabled=false").logging.wandb) == "disabled"
+    assert resolve_wandb_mode(load("logging.wandb.mode=offline").logging.wandb) == "offline"
+
+
+def test_wandb_online_without_credentials_is_a_config_error(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    with pytest.raises(ConfigError, match="mode=online needs WANDB_API_KEY"):
+        resolve_wandb_mode(load("logging.wandb.mode=online").logging.wandb)
+
+
+def test_describe_says_what_would_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(False))
+    train = tmp_path / "train.jsonl"
+    train.write_text("{}\n")
+    text = describe(load(f"data.train={train}", "run.output_dir=runs/x", "algo.steps=7"))
+    assert "finetune:   lora (r=16" in text
+    assert "rollout:    hf (auto: vllm is not installed)" in text
+    assert "model:      smollm2-135m" in text
+    assert "advantage grpo, loss regular" in text and "7 steps" in text
+    assert f"train {train} (exists)" in text and "quickstart_test.jsonl (missing)" in text
+    assert "-> runs/x" in text
+    assert "rollout:    vllm (SkyRL's trainer always generates with vLLM)" in describe(load(), "skyrl")
+
+
+def _leaf_keys(cls, prefix=""):
+    for name, tp in typing.get_type_hints(cls).items():
+        if is_dataclass(tp):
+            yield from _leaf_keys(tp, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}"
+
+
+def test_every_key_has_help_and_appears_in_the_reference_and_the_docs():
+    reference = config_reference()
+    docs = (ROOT / "docs" / "training.md").read_text()
+    keys = list(_leaf_keys(TrainConfig))
+    assert len(keys) >= 80
+    for key in keys:
+        assert f"| `{key}` |" in reference
+        assert f"`{key}`" in docs, f"docs/training.md does not document {key}"
+    assert "|  |" not in reference  # no field without help
+    assert reference in docs, "docs/training.md: regenerate the config reference table"
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer(add_completion=False)
+    app.command("train")(train_command)
+    app.callback()(lambda: None)
+    return app
+
+
+def test_cli_dry_run_prints_the_plan_and_exits_0():
+    result = CliRunner().invoke(_app(), ["train", "--config", str(QUICKSTART), "--dry-run", "-o", "algo.steps=3"])
+    assert result.exit_code == 0, result.output
+    assert "3 steps" in result.output and "finetune:   lora" in result.output
+
+
+def test_cli_config_error_is_one_red_line_and_exit_2():
+    result = CliRunner().invoke(_app(), ["train", "--config", str(QUICKSTART), "-o", "algo.lrr=1"])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: unknown config key 'algo.lrr'; did you mean 'algo.lr'?"
+
+
+def test_cli_embedded_engine_calls_the_trainer_with_the_flags(monkeypatch):
+    calls = []
+    trainer = types.ModuleType("mcprl.training.trainer")
+    trainer.train = lambda cfg, **kwargs: calls.append((cfg, kwargs))
+    monkeypatch.setitem(sys.modules, "mcprl.training.trainer", trainer)
+    monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(False))
+    result = CliRunner().invoke(_app(), ["train", "-c", str(CONFIGS / "recipe"), "--resume", "--sft-only",
+                                         "-o", "algo.lr=5e-5"])
+    assert result.exit_code == 0, result.output
+    (cfg, kwargs), = calls
+    assert kwargs == {"resume": True, "sft_only": True}
+    assert cfg.algo.lr == pytest.approx(5e-5)
+
+
+def test_cli_embedded_engine_refuses_an_impossible_backend_before_training(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mcprl.training.trainer", types.ModuleType("mcprl.training.trainer"))
+    monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(False))
+    result = CliRunner().invoke(_app(), ["train", "-c", str(QUICKSTART), "-o", "rollout.backend=vllm"])
+    assert result.exit_code == 2
+    assert "rollout.backend=vllm needs vLLM and a GPU" in result.output

@@ -1,0 +1,215 @@
+"""The SkyRL launcher on CPU: overrides that SkyRL's own config and validate_cfg accept, parquet data the
+env reads back, the run-record bridge, and the errors a user can hit before any GPU is involved."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from omegaconf import OmegaConf
+from typer.testing import CliRunner
+
+from mcprl.data.sample import SkyRLSample, read_samples, write_samples
+from mcprl.envs.config import EnvConfig
+from mcprl.envs.mcp_env import ground_truth
+from mcprl.training import skyrl_launcher
+from mcprl.training.cli import train_command
+from mcprl.training.config import ConfigError, load_train_config
+from mcprl.training.skyrl_launcher import (
+    LaunchError,
+    MCPSkyRLTrainConfig,
+    build_skyrl_config,
+    dry_run,
+    format_override,
+    plan,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = ROOT / "configs" / "cluster.yaml"
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _no_wandb_key(monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+
+
+def sample(i: int) -> SkyRLSample:
+    gt = {"task_id": f"t{i}", "answer": 180.5 + i, "max_turns": 4, "complexity": "simple",
+          "tool_sequence": [{"tool": "get_quote", "params": {"ticker": "AAPL"}}]}
+    return SkyRLSample(data_source="finance", prompt=[{"role": "system", "content": "Use tools."},
+                                                      {"role": "user", "content": f"Price of AAPL, task {i}?"}],
+                       reward_spec={"method": "rule", "ground_truth": gt}, extra_info={"split": "train", "i": i})
+
+
+@pytest.fixture
+def datasets(tmp_path):
+    train = write_samples([sample(i) for i in range(10)], tmp_path / "train.jsonl")
+    test = write_samples([sample(100 + i) for i in range(6)], tmp_path / "test.jsonl")
+    return train, test
+
+
+def quickstart(tmp_path, *overrides):
+    return load_train_config(QUICKSTART, ["sft.enabled=false", f"run.output_dir={tmp_path / 'run'}", *overrides])
+
+
+def test_cluster_dry_run_builds_and_validates_skyrls_own_config():
+    cfg = load_train_config(CLUSTER)
+    p = plan(cfg)
+    skyrl = build_skyrl_config(p.overrides)
+    assert isinstance(skyrl, MCPSkyRLTrainConfig)
+    t, g = skyrl.trainer, skyrl.generator
+    assert t.policy.model.path == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert (t.policy.model.lora.rank, t.policy.model.lora.alpha, t.policy.model.lora.target_modules) == (32, 64,
+                                                                                                      "all-linear")
+    assert (t.algorithm.advantage_estimator, t.algorithm.policy_loss_type) == ("grpo", "regular")
+    assert (t.algorithm.eps_clip_low, t.algorithm.eps_clip_high) == (0.2, 0.28)
+    assert (t.algorithm.use_kl_loss, t.algorithm.use_kl_in_reward) == (False, False)
+    assert t.policy.optimizer_config.lr == pytest.approx(2e-5)
+    assert (t.train_batch_size, t.policy_mini_batch_size, g.n_samples_per_prompt) == (64, 64, 8)
+    assert (t.max_training_steps, t.placement.policy_num_gpus_per_node, g.inference_engine.num_engines) == (200, 4, 4)
+    assert (g.max_turns, g.max_input_length, g.sampling_params.max_generate_length) == (6, 6144, 512)
+    assert g.sampling_params.stop == ["</tool_call>", "</answer>"]
+    assert g.inference_engine.backend == "vllm" and g.inference_engine.engine_init_kwargs == {"max_model_len": 8192}
+    assert t.logger == "console" and t.tags == ["cluster"]
+    assert Path(t.ckpt_path).is_absolute() and t.ckpt_path.endswith("runs/cluster-qwen1.5b/skyrl/ckpts")
+    assert skyrl.environment.env_class == "mcp_tool_env"
+    env = EnvConfig.from_any(skyrl.environment.skyrl_gym.mcp_tool_env)
+    assert (env.max_turns, env.tool_timeout_s, env.reward_backend) == (6, 10.0, "heuristic")
+    assert any("WANDB_API_KEY" in n for n in p.notes)
+
+
+def test_full_finetune_turns_lora_off_and_kl_maps_to_skyrl(tmp_path):
+    skyrl = build_skyrl_config(plan(quickstart(tmp_path, "finetune.mode=full", "algo.kl_coef=0.01",
+                                               "algo.use_kl_loss=true")).overrides)
+    assert skyrl.trainer.policy.model.lora.rank == 0
+    assert (skyrl.trainer.algorithm.use_kl_loss, skyrl.trainer.algorithm.kl_loss_coef) == (True, 0.01)
+    lora = build_skyrl_config(plan(quickstart(tmp_path, "algo.kl_coef=0.01")).overrides)
+    assert lora.trainer.policy.model.lora.rank == 16
+    assert lora.trainer.policy.model.lora.target_modules == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                             "up_proj", "down_proj"]
+    assert (lora.trainer.algorithm.use_kl_loss, lora.trainer.algorithm.use_kl_in_reward) == (False, True)
+
+
+def test_prepare_writes_parquet_that_skyrls_dataset_and_the_env_read_back(tmp_path, datasets):
+    train, test = datasets
+    cfg = quickstart(tmp_path, f"data.train={train}", f"data.eval={test}", "eval.max_tasks=4",
+                     "rollout.servers_config=servers.yaml")
+    p = plan(cfg, prepare=True)
+    assert p.train_data.suffix == ".parquet" and p.train_data.is_relative_to(tmp_path / "run")
+    assert [s.to_dict() for s in read_samples(p.train_data)] == [s.to_dict() for s in read_samples(train)]
+    assert len(read_samples(p.eval_data)) == 4
+    skyrl = build_skyrl_config(p.overrides)
+    assert skyrl.data.train_data == [str(p.train_data)] and skyrl.trainer.eval_batch_size == 4
+    assert skyrl.trainer.epochs == 20  # 20 steps, 10 tasks / 8 per step -> 1 step per epoch
+    assert skyrl.environment.skyrl_gym.mcp_tool_env["servers_config"] == str(Path("servers.yaml").resolve())
+
+    from skyrl.train.dataset import PromptDataset
+
+    dataset = PromptDataset(datasets=[str(p.train_data)], tokenizer=CharTokenizer(), max_prompt_length=10_000,
+                            num_workers=1)
+    messages, env_class, extras, _ = dataset[3]
+    assert env_class == "mcp_tool_env" and messages == sample(3).prompt
+    assert ground_truth(extras) == sample(3).ground_truth
+    assert json.loads(extras["extra_info"]) == {"split": "train", "i": 3}
+
+
+class CharTokenizer:
+    """Enough of a tokenizer for PromptDataset's length filter: one token per 4 characters."""
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, return_dict=False, tokenize=True):
+        return list(range(sum(len(m["content"]) for m in messages) // 4 + 1))
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["sft.enabled=true"], "sft.enabled=true: SkyRL's trainer runs GRPO only"),
+    (["rollout.backend=hf"], "SkyRL's trainer generates with vLLM only"),
+    (["algo.prompts_per_step=500"], "data.train has 400 tasks, fewer than algo.prompts_per_step=500"),
+    (["algo.micro_batch_size=5"], "SkyRL rejects the configuration: normalized policy_mini_batch_size_per_gpu 32 "
+                                  "should be divisible by micro_train_batch_size_per_gpu 5"),
+    (["skyrl.num_inference_engines=2"], "must be the same when colocating all models"),
+    (["skyrl.overrides=[trainer.no_such_key=1]"], "SkyRL rejects the configuration: Invalid fields {'no_such_key'}"),
+    (["rollout.tool_allowlist=[get_quote]"], "rollout.tool_allowlist is not supported by the SkyRL env"),
+])
+def test_problems_surface_as_one_line_config_errors(tmp_path, overrides, expected):
+    with pytest.raises(ConfigError) as err:
+        dry_run(quickstart(tmp_path, *overrides))
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_real_run_needs_existing_data_and_a_gpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(skyrl_launcher, "_missing_runtime", lambda: None)
+    with pytest.raises(ConfigError, match="data.train=.* does not exist; generate the tasks first"):
+        skyrl_launcher.launch(quickstart(tmp_path, f"data.train={tmp_path / 'none.jsonl'}"))
+    monkeypatch.setattr(skyrl_launcher, "_missing_runtime", lambda: "CUDA GPUs (none is visible)")
+    with pytest.raises(LaunchError, match="--engine skyrl needs CUDA GPUs"):
+        skyrl_launcher.launch(quickstart(tmp_path))
+
+
+@pytest.mark.parametrize("value", ["plain", "my run", "007", "true", "null", 'quote"d', "a,b=c", "</tool_call>",
+                                   "/abs/path-1.parquet", "1e-05", ["</tool_call>", "</answer>"], {"a b": [1, "x"]},
+                                   {}, [], None, True, 1e-05, 3, -1, 0.0])
+def test_format_override_round_trips_through_skyrls_parser(value):
+    text = format_override("k", value)
+    assert OmegaConf.to_container(OmegaConf.from_cli([text]), resolve=True)["k"] == value
+
+
+def test_run_record_bridge_maps_skyrl_metrics_into_metrics_jsonl(tmp_path):
+    from skyrl.train.utils.callbacks import CallbackInput, TrainingControl
+
+    from mcprl.training.skyrl_entrypoint import RunRecordBridge, register_env
+
+    register_env()
+    from skyrl_gym.envs.registration import registry
+
+    assert "mcp_tool_env" in registry
+    cfg = quickstart(tmp_path)
+    bridge = RunRecordBridge(cfg, tmp_path / "run")
+    control = TrainingControl()
+    bridge.on_train_start(None, CallbackInput(0, 0, 2, 2), control)
+    bridge.on_log(None, CallbackInput(0, 0, 2, 2, logs={"eval/all/avg_score": 0.1}), control)
+    bridge.on_eval_end(None, CallbackInput(0, 0, 2, 2, metrics={"eval/all/avg_score": 0.1}), control)
+    logs = {"reward/avg_raw_reward": 0.25, "policy/policy_loss": -0.01, "policy/loss_metrics/clip_ratio": 0.02,
+            "policy/policy_entropy": 1.5, "policy/policy_lr": 1e-4, "loss/avg_kl": 0.003,
+            "environment/tool_success_rate": 0.8, "environment/success": 0.5, "environment/turns": 2.5,
+            "generate/avg_num_tokens": 300.0}
+    bridge.on_log(None, CallbackInput(1, 0, 2, 2, logs=logs), control)
+    bridge.on_train_end(None, CallbackInput(2, 0, 2, 2), control)
+
+    (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert {k: row[k] for k in ("step", "phase", "reward_mean", "policy_loss", "clip_frac", "entropy", "lr", "kl",
+                                "tool_success_rate", "success_rate", "episode_len")} == {
+        "step": 1, "phase": "grpo", "reward_mean": 0.25, "policy_loss": -0.01, "clip_frac": 0.02, "entropy": 1.5,
+        "lr": 1e-4, "kl": 0.003, "tool_success_rate": 0.8, "success_rate": 0.5, "episode_len": 2.5}
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["skyrl_evals"] == {"step_0": {"eval/all/avg_score": 0.1}} and summary["grpo_steps"] == 2
+    assert load_train_config(tmp_path / "run" / "config.yaml") == cfg
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer(add_completion=False)
+    app.command("train")(train_command)
+    app.callback()(lambda: None)
+    return app
+
+
+def test_cli_skyrl_dry_run():
+    result = CliRunner().invoke(_app(), ["train", "--engine", "skyrl", "-c", str(CLUSTER), "--dry-run",
+                                         "--resume", "-o", "algo.steps=3"])
+    assert result.exit_code == 0, result.output
+    assert "rollout:    vllm (SkyRL's trainer always generates with vLLM)" in result.output
+    assert "SkyRL overrides (accepted by SkyRL's validate_cfg):" in result.output
+    assert "  trainer.max_training_steps=3" in result.output and "  trainer.resume_mode=latest" in result.output
+    result = CliRunner().invoke(_app(), ["train", "--engine", "skyrl", "-c", str(CLUSTER), "--sft-only"])
+    assert result.exit_code == 2 and "--sft-only: SkyRL's trainer runs GRPO only" in result.output
+
+
+def test_train_grpo_script_defaults_to_a_dry_run_of_the_cluster_config():
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "train_grpo.sh"), "-o", "algo.steps=2"],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHON": sys.executable})
+    assert result.returncode == 0, result.stderr
+    assert "run:        cluster-qwen1.5b" in result.stdout
+    assert "  trainer.max_training_steps=2" in result.stdout
