@@ -62,7 +62,7 @@ def test_disallowed_tool_refused(time_servers):
     env = make_env(time_servers, allowed_tools=["convert_time"])
     env.init([{"role": "user", "content": "q"}])
     out = env.step(format_tool_call("get_current_time", {"timezone": "UTC"}))
-    assert "not available for this task" in out["observations"][0]["content"]
+    assert "not available here" in out["observations"][0]["content"]
     assert out["metadata"]["error_type"] == "disallowed_tool" and out["reward"] < 0
 
 

@@ -132,7 +132,6 @@ class CharTokenizer:
                                   "should be divisible by micro_train_batch_size_per_gpu 5"),
     (["skyrl.num_inference_engines=2"], "must be the same when colocating all models"),
     (["skyrl.overrides=[trainer.no_such_key=1]"], "SkyRL rejects the configuration: Invalid fields {'no_such_key'}"),
-    (["rollout.tool_allowlist=[get_quote]"], "rollout.tool_allowlist is not supported by the SkyRL env"),
 ])
 def test_problems_surface_as_one_line_config_errors(tmp_path, overrides, expected):
     with pytest.raises(ConfigError) as err:
@@ -213,3 +212,10 @@ def test_train_grpo_script_defaults_to_a_dry_run_of_the_cluster_config():
     assert result.returncode == 0, result.stderr
     assert "run:        cluster-qwen1.5b" in result.stdout
     assert "  trainer.max_training_steps=2" in result.stdout
+
+
+def test_env_settings_reach_skyrls_env_config(tmp_path):
+    skyrl = build_skyrl_config(plan(quickstart(tmp_path, "rollout.tool_allowlist=[get_quote]",
+                                               "rollout.tool_retries=0")).overrides)
+    env = EnvConfig.from_any(skyrl.environment.skyrl_gym.mcp_tool_env)
+    assert env.tool_allowlist == ["get_quote"] and env.tool_retries == 0

@@ -12,6 +12,8 @@ class EnvConfig:
     tool_mode: Literal["live", "record", "replay"] = "live"
     recording: str | None = None  # record/replay file
     tool_timeout_s: float = 10.0
+    tool_retries: int | None = None  # restarts of an unreachable server per call; None: the servers config's
+    tool_allowlist: list[str] | None = None  # only these tools may be called (on top of the task's allowed_tools)
     observation_role: Literal["user", "tool"] = "user"  # "tool" only if the chat template knows the role
     answer_tag: str = "answer"
     formats: tuple[str, ...] = ("hermes", "json", "xml")

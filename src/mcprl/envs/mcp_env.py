@@ -19,6 +19,7 @@ from mcprl.envs.config import EnvConfig
 from mcprl.envs.parsing import ParsedAction, parse_action
 from mcprl.envs.tool_group import GROUP_NAME, MCPToolGroup
 from mcprl.rewards.heuristic import HeuristicWeights, RewardState, names_match, reward_heuristic
+from mcprl.tools.config import ServersConfig, load_servers_config
 from mcprl.tools.sync import shared_tool_manager
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class MCPToolEnv(BaseTextEnv):
         limits = [t for t in (self.cfg.max_turns, self.gt.get("max_turns"), extras.get("max_turns")) if t]
         self.max_turns = int(min(limits)) if limits else 5
         self.weights = HeuristicWeights(**self.cfg.reward_weights)
-        self.tools = shared_tool_manager(self.cfg.servers_config, mode=self.cfg.tool_mode,
+        self.tools = shared_tool_manager(servers_config(self.cfg), mode=self.cfg.tool_mode,
                                          recording=self.cfg.recording)
         self.group = MCPToolGroup(self.tools, timeout=self.cfg.tool_timeout_s)
         self.init_tool_groups([self.group])
@@ -118,10 +119,10 @@ class MCPToolEnv(BaseTextEnv):
                                      metadata=metadata)
 
     def _call(self, parsed: ParsedAction) -> dict[str, Any]:
-        allowed = self.gt.get("allowed_tools")
-        if allowed and not any(names_match(parsed.name or "", a) for a in allowed):
-            return {"ok": False, "error_type": "disallowed_tool",
-                    "error": f"tool {parsed.name!r} is not available for this task; available: {', '.join(allowed)}"}
+        for allowed in (self.gt.get("allowed_tools"), self.cfg.tool_allowlist):
+            if allowed and not any(names_match(parsed.name or "", a) for a in allowed):
+                return {"ok": False, "error_type": "disallowed_tool",
+                        "error": f"tool {parsed.name!r} is not available here; available: {', '.join(allowed)}"}
         return json.loads(self._execute_tool(GROUP_NAME, parsed.name, [parsed.arguments or {}]))
 
     def _reward(self, parsed: ParsedAction, action: str, result: dict[str, Any] | None) -> dict[str, Any]:
@@ -177,6 +178,14 @@ class MCPToolEnv(BaseTextEnv):
             "answered": sum(bool(m.get("answered")) for m in metrics) / n,
             "success": sum(bool(m.get("success")) for m in metrics) / n,
         }
+
+
+def servers_config(cfg: EnvConfig) -> ServersConfig:
+    """The servers to use, with the env's retry setting applied to every server."""
+    servers = load_servers_config(cfg.servers_config)
+    if cfg.tool_retries is None:
+        return servers
+    return ServersConfig(servers=[s.model_copy(update={"retries": cfg.tool_retries}) for s in servers.servers])
 
 
 def _plain(raw: Any) -> Any:

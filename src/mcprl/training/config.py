@@ -732,3 +732,16 @@ def _yaml_value(value: Any) -> str:
     if isinstance(value, float) and math.isfinite(value) and value != 0 and abs(value) < 1e-3:
         return f"{value:g}"
     return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
+
+
+def env_config(cfg: TrainConfig, *, absolute_paths: bool = False) -> dict[str, Any]:
+    """The env's settings (`mcprl.envs.config.EnvConfig` fields) from a training config; one mapping for
+    the embedded trainer and SkyRL's workers (which start elsewhere, hence `absolute_paths`)."""
+    r = cfg.rollout
+    servers = r.servers_config
+    if servers and absolute_paths:
+        servers = str(Path(servers).resolve())
+    return {"servers_config": servers, "tool_timeout_s": r.tool_timeout_s, "tool_retries": r.tool_retries,
+            "tool_allowlist": r.tool_allowlist, "observation_role": r.observation_role, "max_turns": r.max_turns,
+            "reward_backend": cfg.reward.backend, "reward_weights": dict(cfg.reward.weights),
+            "judge": dict(cfg.reward.judge)}

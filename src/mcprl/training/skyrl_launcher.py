@@ -16,7 +16,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ import mcprl._compat  # noqa: F401 - before any skyrl import
 from mcprl.data.sample import read_samples, write_samples
 from mcprl.envs import ENV_ID
 from mcprl.envs.config import EnvConfig
-from mcprl.training.config import ConfigError, RolloutConfig, TrainConfig, resolve_wandb_mode
+from mcprl.training.config import ConfigError, TrainConfig, env_config, resolve_wandb_mode
 from skyrl.train.config.config import EnvironmentConfig, SkyRLGymConfig, SkyRLTrainConfig
 
 _SCHEDULERS = {"constant": "constant_with_warmup", "cosine": "cosine"}
@@ -282,25 +282,7 @@ def _generator_overrides(cfg: TrainConfig) -> dict[str, Any]:
 
 def _environment_overrides(cfg: TrainConfig, notes: list[str]) -> dict[str, Any]:
     """EnvConfig fields from the training config; Ray workers start elsewhere, so paths become absolute."""
-    r = cfg.rollout
-    wanted = {
-        "servers_config": str(Path(r.servers_config).resolve()) if r.servers_config else None,
-        "tool_timeout_s": r.tool_timeout_s,
-        "observation_role": r.observation_role,
-        "max_turns": r.max_turns,
-        "reward_backend": cfg.reward.backend,
-        "reward_weights": cfg.reward.weights,
-        "judge": cfg.reward.judge,
-        "tool_allowlist": r.tool_allowlist,
-        "tool_retries": r.tool_retries,
-    }
-    known = {f.name for f in fields(EnvConfig)}
-    if r.tool_allowlist is not None and "tool_allowlist" not in known:
-        raise ConfigError("rollout.tool_allowlist is not supported by the SkyRL env yet; set it to null "
-                          "or use --engine embedded")
-    if r.tool_retries != RolloutConfig.tool_retries and "tool_retries" not in known:
-        notes.append("rollout.tool_retries is not passed to the SkyRL env (EnvConfig has no such field)")
-    env = {f"environment.skyrl_gym.{ENV_ID}.{k}": v for k, v in wanted.items() if k in known}
+    env = {f"environment.skyrl_gym.{ENV_ID}.{k}": v for k, v in env_config(cfg, absolute_paths=True).items()}
     return {"environment.env_class": ENV_ID, **env}
 
 
