@@ -7,6 +7,7 @@ import typer
 from mcprl.data.cli import app as data_app
 from mcprl.eval.cli import app as eval_app
 from mcprl.eval.cli import report_command
+from mcprl.eval.runner import eval_callback
 from mcprl.servers import launcher
 from mcprl.servers.cli import app as servers_app
 from mcprl.tools.cli import app as tools_app
@@ -18,6 +19,7 @@ servers_app.command("check")(launcher.check)
 app.add_typer(servers_app, name="servers")
 app.add_typer(tools_app, name="tools")
 app.add_typer(data_app, name="data")
+eval_app.callback(invoke_without_command=True)(eval_callback)
 app.add_typer(eval_app, name="eval")
 app.command("report")(report_command)
 app.command("train")(train_command)

@@ -106,7 +106,7 @@ class MCPToolEnv(BaseTextEnv):
                 or self.turns >= self.max_turns)
         self.trace.append({"action": action, "kind": parsed.kind, "tool": parsed.name, "arguments": parsed.arguments,
                            "result": None if result is None else {k: result.get(k) for k in ("ok", "error", "error_type")},
-                           "reward": reward["total_reward"]})
+                           "reward": reward["total_reward"], "answer_correct": _answer_correct(parsed, reward)})
         if observation is not None and not done:
             self.history.append(self._message(observation))
         metadata = {"task_id": self.task_id, "turn": self.turns, "kind": parsed.kind, "tool": parsed.name,
@@ -178,6 +178,15 @@ class MCPToolEnv(BaseTextEnv):
             "answered": sum(bool(m.get("answered")) for m in metrics) / n,
             "success": sum(bool(m.get("success")) for m in metrics) / n,
         }
+
+
+def _answer_correct(parsed: ParsedAction, reward: dict[str, Any]) -> bool | None:
+    if parsed.kind != "answer":
+        return None
+    parts = reward["components"]
+    if "wrong_answer" in parts or "premature_answer" in parts:
+        return False
+    return True if "solved" in parts or "ungrounded_answer" in parts else None
 
 
 def servers_config(cfg: EnvConfig) -> ServersConfig:

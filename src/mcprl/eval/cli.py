@@ -17,7 +17,7 @@ from mcprl.eval.report import build_report
 from mcprl.eval.results import write_eval_outputs
 from mcprl.eval.trajectory import load_trajectories
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Analyse evaluation results.")
+app = typer.Typer(add_completion=False, help="Run and analyse evaluations.")
 _err = Console(stderr=True)
 
 

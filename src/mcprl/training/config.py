@@ -109,6 +109,8 @@ class SFTConfig:
     batch_size: int = opt(8, "Demonstrations per optimizer step.")
     max_seq_len: int = opt(1024, "Longer demonstrations are truncated to this many tokens.")
     warmup_steps: int = opt(5, "Linear warm-up steps.")
+    max_seconds: float | None = opt(None, "Stop SFT after this many training seconds (for time-matched baselines).")
+    save_every: int = opt(0, "Checkpoint every N SFT steps (0: only when the phase ends).")
 
 
 @dataclass

@@ -1,0 +1,106 @@
+"""Checkpoints that resume exactly: weights (or LoRA adapter), optimizer, scheduler, every RNG, data
+position, phase and step. Layout: RUN_DIR/checkpoints/step_<phase>_<N>/ plus a `latest` pointer."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from peft import PeftModel, set_peft_model_state_dict
+from safetensors.torch import load_file
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+STATE_FILE = "trainer_state.json"
+
+
+@dataclass
+class TrainState:
+    phase: str = "sft"  # sft | grpo | done
+    sft_step: int = 0
+    grpo_step: int = 0
+    sft_batches_drawn: int = 0  # data position: SFT batches consumed from the seeded stream
+    grpo_prompts_drawn: int = 0  # data position: prompts consumed from the seeded stream
+    elapsed_s: float = 0.0  # training seconds before this process
+    evals: dict[str, Any] = field(default_factory=dict)  # name -> overall metrics
+
+    @property
+    def tag(self) -> str:
+        return f"{self.phase}_{self.grpo_step if self.phase == 'grpo' else self.sft_step}"
+
+
+def rng_state(extra: dict[str, torch.Generator] | None = None) -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "generators": {k: g.get_state() for k, g in (extra or {}).items()}}
+
+
+def set_rng_state(state: dict[str, Any], extra: dict[str, torch.Generator] | None = None) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    for name, gen in (extra or {}).items():
+        if name in state["generators"]:
+            gen.set_state(state["generators"][name])
+
+
+def save_checkpoint(run_dir: Path, state: TrainState, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                    optimizer: torch.optim.Optimizer | None, scheduler: Any, generators: dict[str, torch.Generator],
+                    keep: int = 2) -> Path:
+    root = Path(run_dir) / "checkpoints"
+    path = root / f"step_{state.tag}"
+    tmp = root / f".tmp_{state.tag}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp / "model")  # a PEFT model writes only its adapter
+    tokenizer.save_pretrained(tmp / "model")
+    torch.save({"optimizer": optimizer.state_dict() if optimizer else None,
+                "scheduler": scheduler.state_dict() if scheduler else None,
+                "rng": rng_state(generators)}, tmp / "training.pt")
+    (tmp / STATE_FILE).write_text(json.dumps(asdict(state), indent=1))
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.rename(path)
+    (root / "latest").write_text(path.name)
+    older = sorted((p for p in root.glob("step_*") if p != path), key=lambda p: p.stat().st_mtime)
+    for old in older[:max(0, len(older) - (keep - 1))]:
+        shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    pointer = Path(run_dir) / "checkpoints" / "latest"
+    if not pointer.exists():
+        return None
+    path = pointer.parent / pointer.read_text().strip()
+    return path if path.exists() else None
+
+
+def load_weights(path: Path, model: PreTrainedModel) -> None:
+    """Load a checkpoint's weights into `model` in place (adapter into a PEFT model, else full weights)."""
+    weights = Path(path) / "model"
+    if isinstance(model, PeftModel):
+        set_peft_model_state_dict(model, load_file(str(weights / "adapter_model.safetensors")))
+    else:
+        files = sorted(weights.glob("*.safetensors"))
+        state: dict[str, torch.Tensor] = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        missing, _ = model.load_state_dict(state, strict=False)
+        if [m for m in missing if "lm_head" not in m]:  # tied embeddings are not saved twice
+            raise ValueError(f"checkpoint {path} lacks weights: {missing[:5]}")
+
+
+def load_checkpoint(path: Path, model: PreTrainedModel, optimizer: torch.optim.Optimizer | None, scheduler: Any,
+                    generators: dict[str, torch.Generator]) -> TrainState:
+    load_weights(path, model)
+    extra = torch.load(Path(path) / "training.pt", weights_only=False)
+    if optimizer is not None and extra["optimizer"] is not None:
+        optimizer.load_state_dict(extra["optimizer"])
+    if scheduler is not None and extra["scheduler"] is not None:
+        scheduler.load_state_dict(extra["scheduler"])
+    set_rng_state(extra["rng"], generators)
+    return TrainState(**json.loads((Path(path) / STATE_FILE).read_text()))

@@ -1,0 +1,192 @@
+"""One GRPO update from a batch of SkyRL generator output.
+
+Advantages and policy losses come from SkyRL's registries (any estimator or loss SkyRL knows), and
+the loss reduction is SkyRL's too; this module only turns rollouts into tensors and runs
+forward/backward in micro-batches. Rows whose advantage is zero everywhere (a group whose samples
+all scored the same) carry no gradient when KL is off, so they are skipped: after a warm start many
+easy prompts are solved by every sample, and skipping them is most of the update's cost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel
+
+import mcprl._compat  # noqa: F401 - before skyrl
+from skyrl.backends.skyrl_train.utils.ppo_utils import (
+    PolicyLossRegistry,
+    apply_loss_reduction_to_advantages_minibatch,
+    compute_advantages_and_returns,
+    compute_approx_kl,
+)
+from skyrl.train.config import AlgorithmConfig
+
+from mcprl.training.config import AlgoConfig
+from mcprl.training.logprobs import selected_token_logprobs
+
+
+@dataclass
+class GRPOBatch:
+    """Rows sorted by group; response tensors are right-padded to the longest response."""
+
+    input_ids: list[list[int]]  # prompt + response
+    prompt_lens: list[int]
+    loss_mask: torch.Tensor  # [B, R] 1 on the model's tokens
+    old_logprobs: torch.Tensor  # [B, R] behaviour-policy logprobs (the rollout engine's)
+    token_rewards: torch.Tensor  # [B, R] step rewards on the last token of each turn
+    group_ids: list[str]
+
+    @property
+    def size(self) -> int:
+        return len(self.input_ids)
+
+
+def skyrl_algorithm_config(algo: AlgoConfig, temperature: float) -> AlgorithmConfig:
+    return AlgorithmConfig(
+        advantage_estimator=algo.advantage_estimator, policy_loss_type=algo.policy_loss,
+        loss_reduction=algo.loss_reduction, grpo_norm_by_std=algo.grpo_norm_by_std,
+        eps_clip_low=algo.eps_clip_low, eps_clip_high=algo.eps_clip_high, clip_ratio_c=algo.clip_ratio_c,
+        use_kl_loss=algo.use_kl_loss and algo.kl_coef > 0, kl_loss_coef=algo.kl_coef,
+        use_kl_in_reward=not algo.use_kl_loss and algo.kl_coef > 0, kl_estimator_type=algo.kl_estimator,
+        temperature=temperature)
+
+
+def build_batch(output: dict[str, Any], group_ids: list[str]) -> GRPOBatch:
+    order = sorted(range(len(group_ids)), key=lambda i: group_ids[i])
+    responses = [output["response_ids"][i] for i in order]
+    width = max(1, max(len(r) for r in responses))
+
+    def padded(rows: list[list[float]], dtype: torch.dtype) -> torch.Tensor:
+        out = torch.zeros((len(rows), width), dtype=dtype)
+        for i, row in enumerate(rows):
+            out[i, :len(row)] = torch.tensor(row, dtype=dtype)
+        return out
+
+    rewards = [output["rewards"][i] for i in order]
+    token_rewards = [r if isinstance(r, list) else [0.0] * (len(resp) - 1) + [float(r)]
+                     for r, resp in zip(rewards, responses)]
+    logprobs = output.get("rollout_logprobs")
+    if logprobs is None:
+        raise ValueError("rollouts carry no logprobs: the engine must return them (sampling logprobs=0)")
+    return GRPOBatch(
+        input_ids=[list(output["prompt_token_ids"][i]) + list(output["response_ids"][i]) for i in order],
+        prompt_lens=[len(output["prompt_token_ids"][i]) for i in order],
+        loss_mask=padded([output["loss_masks"][i] for i in order], torch.float32),
+        old_logprobs=padded([logprobs[i] for i in order], torch.float32),
+        token_rewards=padded(token_rewards, torch.float32),
+        group_ids=[group_ids[i] for i in order],
+    )
+
+
+def advantages(batch: GRPOBatch, config: AlgorithmConfig) -> torch.Tensor:
+    index = np.array(batch.group_ids, dtype=object)
+    adv, _ = compute_advantages_and_returns(
+        token_level_rewards=batch.token_rewards, response_mask=batch.loss_mask, index=index,
+        adv_estimator=config.advantage_estimator, config=config, grpo_norm_by_std=config.grpo_norm_by_std)
+    return adv * batch.loss_mask
+
+
+def _micro_tensors(batch: GRPOBatch, rows: list[int], pad_id: int) -> tuple[torch.Tensor, ...]:
+    width = max(len(batch.input_ids[i]) for i in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    select = torch.zeros((len(rows), width), dtype=torch.bool)
+    for j, i in enumerate(rows):
+        seq, p = batch.input_ids[i], batch.prompt_lens[i]
+        ids[j, :len(seq)] = torch.tensor(seq)
+        attention[j, :len(seq)] = 1
+        resp_mask = batch.loss_mask[i, :len(seq) - p].bool()
+        select[j, p:len(seq)] = resp_mask
+    return ids, attention, select
+
+
+def _scatter(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Flat per-token values (masked positions, row-major) back into a [B, R] tensor."""
+    return torch.zeros(mask.shape, dtype=flat.dtype).masked_scatter(mask.bool(), flat)
+
+
+def reference_logprobs(model: PreTrainedModel, batch: GRPOBatch, rows: list[int], pad_id: int, *,
+                       temperature: float, bf16: bool, ref_model: PreTrainedModel | None) -> torch.Tensor:
+    """Logprobs under the reference policy: the base model with the LoRA adapter off, or a frozen copy."""
+    ids, attention, select = _micro_tensors(batch, rows, pad_id)
+    disable = model.disable_adapter() if ref_model is None else contextlib.nullcontext()
+    with torch.no_grad(), disable:
+        stats = selected_token_logprobs(ref_model or model, ids, attention, select, temperature=temperature, bf16=bf16)
+    return _scatter(stats.logprobs, batch.loss_mask[rows])
+
+
+def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, algo: AlgoConfig,
+           optimizer: torch.optim.Optimizer, scheduler: Any, *, pad_id: int, temperature: float, bf16: bool,
+           ref_model: PreTrainedModel | None = None) -> dict[str, float]:
+    """Advantages, then `algo.epochs` passes of micro-batched forward/backward with one optimizer step each."""
+    use_kl = algo.kl_coef > 0
+    all_rows = list(range(batch.size))
+    ref = reference_logprobs(model, batch, all_rows, pad_id, temperature=temperature, bf16=bf16,
+                             ref_model=ref_model) if use_kl else None
+    if use_kl and config.use_kl_in_reward:
+        kl = compute_approx_kl(batch.old_logprobs, ref, batch.loss_mask, config.kl_estimator_type)
+        batch.token_rewards = batch.token_rewards - algo.kl_coef * kl
+    adv = advantages(batch, config)
+    boundaries = _group_boundaries(batch.group_ids)
+    scaled = apply_loss_reduction_to_advantages_minibatch(
+        adv, batch.loss_mask, config.loss_reduction, algo.micro_batch_size, batch.loss_mask.shape[1],
+        prompt_boundaries=boundaries)
+    active = [i for i in all_rows if use_kl or bool(adv[i].abs().sum() > 0)]
+    loss_fn = PolicyLossRegistry.get(config.policy_loss_type)
+    total_tokens = batch.loss_mask.sum().clamp(min=1)
+    metrics: dict[str, float] = {"active_rows": float(len(active)), "rows": float(batch.size)}
+    for _ in range(max(1, algo.epochs)):
+        sums = {"loss": 0.0, "ratio": 0.0, "ratio_sq": 0.0, "kl": 0.0, "entropy": 0.0, "clip": 0.0, "tokens": 0.0}
+        for start in range(0, len(active), algo.micro_batch_size):
+            rows = active[start:start + algo.micro_batch_size]
+            ids, attention, select = _micro_tensors(batch, rows, pad_id)
+            stats = selected_token_logprobs(model, ids, attention, select, temperature=temperature, bf16=bf16,
+                                            with_entropy=True)
+            mask = batch.loss_mask[rows]
+            logp = _scatter(stats.logprobs, mask)
+            old = batch.old_logprobs[rows]
+            loss, loss_metrics = loss_fn(logp, old, scaled[rows], config=config, loss_mask=mask, rollout_logprobs=None)
+            if use_kl and config.use_kl_loss:
+                kl_tokens = compute_approx_kl(logp, ref[rows], mask, config.kl_estimator_type)
+                loss = loss + algo.kl_coef * (kl_tokens * mask).sum() / total_tokens
+            loss.backward()
+            with torch.no_grad():
+                n = mask.sum().item()
+                log_ratio = (logp - old)[mask.bool()]
+                ratio = log_ratio.exp()
+                sums["loss"] += loss.item()
+                sums["ratio"] += ratio.sum().item()
+                sums["ratio_sq"] += (ratio ** 2).sum().item()
+                sums["kl"] += (-log_ratio).sum().item()
+                sums["entropy"] += stats.entropy.sum().item() if stats.entropy is not None else 0.0
+                sums["clip"] += loss_metrics.get("clip_ratio", 0.0) * n
+                sums["tokens"] += n
+        params = [p for p in model.parameters() if p.requires_grad]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, algo.grad_clip)) if active else 0.0
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+    n = max(sums["tokens"], 1.0)
+    mean = sums["ratio"] / n
+    metrics.update({
+        "policy_loss": sums["loss"], "ratio_mean": mean if sums["tokens"] else 1.0,
+        "ratio_std": max(0.0, sums["ratio_sq"] / n - mean ** 2) ** 0.5 if sums["tokens"] else 0.0,
+        "kl": sums["kl"] / n, "entropy": sums["entropy"] / n, "clip_frac": sums["clip"] / n,
+        "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0], "trained_tokens": sums["tokens"],
+        "adv_abs_mean": float(adv.abs().sum() / total_tokens),
+    })
+    return metrics
+
+
+def _group_boundaries(group_ids: list[str]) -> list[tuple[int, int]]:
+    bounds, start = [], 0
+    for i in range(1, len(group_ids) + 1):
+        if i == len(group_ids) or group_ids[i] != group_ids[start]:
+            bounds.append((start, i))
+            start = i
+    return bounds

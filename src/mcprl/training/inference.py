@@ -1,0 +1,817 @@
+"""In-process batched inference for SkyRL's `SkyRLGymGenerator`, on a transformers (or PEFT) model.
+
+SkyRL runs one coroutine per trajectory and calls `client.generate(...)` with one prompt each.
+`HFInferenceEngine` queues those calls, gathers the ones that arrive together into one batch per
+sampling configuration, and decodes that batch with a KV cache on a single worker thread, so the
+event loop stays free for environment steps. `generate_batch` is the synchronous core, also used
+directly by evaluation and the benchmark.
+
+Why a hand-written decode loop rather than `model.generate`: it gives per-token logprobs of the
+sampled tokens exactly as a trainer recomputes them (`log_softmax(logits / T)`), stop strings that
+end a row in the text and the ids, and finished rows dropped from the batch as soon as they stop.
+Why a bf16 copy and a grouped decode attention: see docs/model.md (measured on the 2-core box).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from transformers import AttentionInterface, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.cache_utils import DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from mcprl.training.devices import pick_dtype
+
+if TYPE_CHECKING:
+    from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator
+
+StopReason = Literal["stop", "length"]
+DECODE_ATTENTION = "mcprl_grouped_decode"
+
+
+class InferenceError(Exception):
+    """Inference that cannot run as asked; the message names the offending value and the fix."""
+
+
+class UnsupportedSampling(InferenceError, ValueError):
+    pass
+
+
+class PromptTooLong(InferenceError, ValueError):
+    pass
+
+
+# --------------------------------------------------------------------------- sampling parameters
+
+_ALIASES = {"max_generate_length": "max_tokens"}
+_NULLABLE = {"max_tokens", "logprobs", "stop", "stop_token_ids"}  # where None means something; else None = default
+# vLLM keys SkyRL sends whose only supported value is the one given here.
+_FIXED = {"n": 1, "repetition_penalty": 1.0, "include_stop_str_in_output": True, "additional_kwargs": None}
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """The vLLM-style sampling keys SkyRL passes (`get_vllm_sampling_params`), as a hashable value.
+
+    `max_tokens=None` means "up to the model's context length"; `top_k` of -1 or 0 is off;
+    `temperature=0` is greedy; `logprobs` says whether to return the sampled tokens' logprobs.
+    """
+
+    max_tokens: int | None = 1024
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    min_tokens: int = 0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    logprobs: bool = True
+    skip_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise UnsupportedSampling(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise UnsupportedSampling(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise UnsupportedSampling(f"top_p must be in (0, 1], got {self.top_p}")
+        if any(not s for s in self.stop):
+            raise UnsupportedSampling(f"stop strings must be non-empty, got {list(self.stop)}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @classmethod
+    def from_dict(cls, params: Mapping[str, Any] | None, defaults: SamplingParams | None = None) -> SamplingParams:
+        """Parse a SkyRL/vLLM sampling dict over `defaults`; unknown keys or unsupported values raise."""
+        base = defaults or cls()
+        if not params:
+            return base
+        known = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in params.items():
+            name = _ALIASES.get(key, key)
+            if name in _FIXED:
+                if value is not None and value != _FIXED[name]:
+                    raise UnsupportedSampling(f"sampling {key}={value!r} is not supported (only {_FIXED[name]!r})")
+            elif name == "seed":
+                if value is not None:
+                    raise UnsupportedSampling("per-request seed is not supported; pass seed= to HFInferenceEngine")
+            elif name not in known:
+                supported = sorted(known | set(_ALIASES) | set(_FIXED))
+                raise UnsupportedSampling(f"unknown sampling key {key!r}; supported: {', '.join(supported)}")
+            elif value is not None or name in _NULLABLE:
+                values[name] = value
+        if "stop" in values:
+            values["stop"] = tuple(values["stop"] or ())
+        if "stop_token_ids" in values:
+            values["stop_token_ids"] = tuple(values["stop_token_ids"] or ())
+        if "logprobs" in values:
+            values["logprobs"] = values["logprobs"] is not None and values["logprobs"] is not False
+        return cls(**{**base.__dict__, **values})
+
+
+@dataclass
+class Completion:
+    """One generated continuation: `token_ids` include a final EOS or the tokens of a matched stop
+    string; `text` ends right after the stop string (vLLM's `include_stop_str_in_output`)."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float] | None
+    stop_reason: StopReason
+
+
+# --------------------------------------------------------------------------- attention for decode
+
+
+def _grouped_decode_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """Single-token decode attention without expanding the KV heads (GQA as a grouped matmul).
+
+    torch's CPU SDPA repeats K/V per query head when a mask is given, and its bf16 flash kernel is
+    slow for one query row; this path is 2.4x faster per decode step in bf16 (docs/model.md).
+    Prefill (more than one query token) goes to SDPA unchanged.
+    """
+    if query.shape[2] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    batch, heads, q_len, dim = query.shape
+    kv_heads, kv_len = key.shape[1], key.shape[2]
+    groups = heads // kv_heads
+    scale = scaling if scaling is not None else dim**-0.5
+    scores = torch.matmul(query.reshape(batch, kv_heads, groups * q_len, dim), key.transpose(-1, -2))
+    scores = scores.view(batch, kv_heads, groups, q_len, kv_len) * scale
+    if attention_mask is not None:  # boolean [batch, 1, q_len, kv_len], True = attend
+        scores = scores.masked_fill(~attention_mask[:, :, None], float("-inf"))
+    probs = torch.softmax(scores.float(), dim=-1).to(value.dtype).view(batch, kv_heads, groups * q_len, kv_len)
+    out = torch.matmul(probs, value).view(batch, heads, q_len, dim)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(DECODE_ATTENTION, _grouped_decode_attention)
+AttentionMaskInterface.register(DECODE_ATTENTION, sdpa_mask)
+
+
+@contextlib.contextmanager
+def generation_mode(model: PreTrainedModel) -> Iterator[None]:
+    """Eval mode, inference mode and the decode attention for the duration; restores all after."""
+    was_training = model.training
+    attention = model.config._attn_implementation
+    model.eval()
+    if attention == "sdpa":
+        model.set_attn_implementation(DECODE_ATTENTION)
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        if attention == "sdpa":
+            model.set_attn_implementation(attention)
+        model.train(was_training)
+
+
+# --------------------------------------------------------------------------- reusable keys/values
+
+
+@dataclass
+class _KV:
+    """Keys/values of a token sequence: one (keys, values) pair per layer, each [kv_heads, len, head_dim]."""
+
+    ids: list[int]
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in self.layers)
+
+
+class PrefixCache:
+    """Keys/values of earlier prompts + completions, reused when a later prompt starts with the same tokens.
+
+    A multi-turn episode re-sends its whole history every turn (token-in-token-out), so with this cache a
+    turn prefills only its new tokens (the observation) instead of the history. Entries hold only for the
+    weights that computed them; the engine clears the cache whenever the weights change.
+    """
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.reused_tokens = 0
+        self._entries: OrderedDict[int, _KV] = OrderedDict()
+        self._next_key = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, prompt: Sequence[int]) -> tuple[int, _KV] | None:
+        """The longest entry that is a strict prefix of `prompt` (one token at least must stay to prefill)."""
+        best: tuple[int, _KV] | None = None
+        for key, entry in self._entries.items():
+            n = len(entry.ids)
+            if n < len(prompt) and (best is None or n > len(best[1].ids)) and list(prompt[:n]) == entry.ids:
+                best = (key, entry)
+        if best is not None:
+            self._entries.move_to_end(best[0])
+            self.reused_tokens += len(best[1].ids)
+        return best
+
+    def add(self, entry: _KV, replaces: int | None = None) -> None:
+        """Store `entry`, dropping the entry it extends and then the least recently used over budget."""
+        if replaces is not None and (old := self._entries.pop(replaces, None)) is not None:
+            self.bytes -= old.nbytes
+        if entry.nbytes > self.max_bytes:
+            return
+        self._entries[self._next_key] = entry
+        self._next_key += 1
+        self.bytes += entry.nbytes
+        while self.bytes > self.max_bytes:
+            self.bytes -= self._entries.popitem(last=False)[1].nbytes
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+
+
+def _plain_attention(model: PreTrainedModel) -> bool:
+    """Prefix reuse assumes full-attention layers that keep every position (no sliding windows)."""
+    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
+
+
+def _common_prefix_len(prompts: Sequence[Sequence[int]]) -> int:
+    first = prompts[0]
+    n = min(len(p) for p in prompts)
+    for i in range(n):
+        token = first[i]
+        if any(p[i] != token for p in prompts):
+            return i
+    return n
+
+
+def _last(input_ids: torch.Tensor) -> torch.Tensor:
+    """`logits_to_keep` for the last position, as an index tensor: the integer form hands the LM head a
+    strided slice, which torch multiplies by a batch-expanded copy of the head when the head is frozen
+    (PEFT), 5 s per prefill at batch 16."""
+    return torch.tensor([input_ids.shape[1] - 1], device=input_ids.device)
+
+
+def _forward_kv(model: PreTrainedModel, ids: Sequence[int]) -> _KV:
+    cache = DynamicCache(config=model.config)
+    input_ids = torch.tensor([list(ids)], device=model.device)
+    model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=_last(input_ids))
+    return _KV(list(ids), [(layer.keys[0], layer.values[0]) for layer in cache.layers])
+
+
+# --------------------------------------------------------------------------- the decode loop
+
+
+def _sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
+    if params.greedy:
+        return logits.argmax(-1)
+    scores = logits / params.temperature
+    if params.top_k > 0 and params.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, params.top_k, dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
+        sorted_probs = sorted_scores.softmax(-1)
+        drop = sorted_probs.cumsum(-1) - sorted_probs > params.top_p
+        scores = scores.scatter(-1, order, sorted_scores.masked_fill(drop, float("-inf")))
+    probs = scores.softmax(-1)
+    if params.min_p > 0:
+        probs = probs.masked_fill(probs < params.min_p * probs.amax(-1, keepdim=True), 0.0)
+    # Inverse-CDF sampling: one uniform per row (torch.multinomial draws one exponential per vocabulary
+    # entry, 15 ms a step at batch 16). u is in (0, 1], so a zero-probability token is never the first
+    # index whose cumulative mass reaches it.
+    cdf = probs.cumsum(-1)
+    u = 1.0 - torch.rand((probs.shape[0], 1), generator=generator, device=probs.device)
+    return torch.searchsorted(cdf, u * cdf[:, -1:]).squeeze(-1).clamp(max=probs.shape[-1] - 1)
+
+
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids |= set(configured) if isinstance(configured, list) else ({configured} if configured is not None else set())
+    return ids
+
+
+def _stop_cut(text: str, stops: Sequence[str]) -> int | None:
+    ends = [text.find(s) + len(s) for s in stops if s in text]
+    return min(ends) if ends else None
+
+
+@dataclass
+class _Row:
+    prompt: list[int]
+    budget: int
+    prefix: _KV | None = None
+    prefix_key: int | None = None  # the PrefixCache entry this row extends
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    reason: StopReason | None = None
+
+
+_MIN_SHARED_PREFIX = 16  # tokens; below this a separate prefill costs more than it saves
+
+
+def _assign_prefixes(model: PreTrainedModel, rows: list[_Row], store: PrefixCache | None) -> None:
+    """Give each row reusable keys/values: its longest cached prefix, else the prefix all other
+    uncached rows share (the system prompt, or the whole prompt for a GRPO group), computed once."""
+    if not _plain_attention(model):
+        return
+    for row in rows:
+        hit = store.lookup(row.prompt) if store is not None else None
+        if hit is not None:
+            row.prefix_key, row.prefix = hit
+    uncached = [row for row in rows if row.prefix is None]
+    if len(uncached) < 2:
+        return
+    shared = min(_common_prefix_len([r.prompt for r in uncached]), min(len(r.prompt) for r in uncached) - 1)
+    if shared >= _MIN_SHARED_PREFIX:
+        kv = _forward_kv(model, uncached[0].prompt[:shared])
+        for row in uncached:
+            row.prefix = kv
+
+
+def _prefill(model: PreTrainedModel, rows: list[_Row], pad_id: int):
+    """One forward over every row's uncached tokens. Layout per row: [pad][cached prefix][pad][new tokens];
+    the attention mask hides both pads and position ids count real tokens only."""
+    device = model.device
+    reused = [len(r.prefix.ids) if r.prefix is not None else 0 for r in rows]
+    width_cached = max(reused)
+    cached_mask = torch.zeros((len(rows), width_cached), dtype=torch.long)
+    if width_cached:
+        layers = []
+        template = next(r.prefix for r in rows if r.prefix is not None)
+        for layer, (k0, v0) in enumerate(template.layers):
+            keys = k0.new_zeros((len(rows), k0.shape[0], width_cached, k0.shape[2]))
+            values = v0.new_zeros((len(rows), v0.shape[0], width_cached, v0.shape[2]))
+            for i, row in enumerate(rows):
+                if row.prefix is not None:
+                    keys[i, :, width_cached - reused[i] :] = row.prefix.layers[layer][0]
+                    values[i, :, width_cached - reused[i] :] = row.prefix.layers[layer][1]
+            layers.append((keys, values))
+        cache = DynamicCache(ddp_cache_data=layers, config=model.config)
+        for i, n in enumerate(reused):
+            cached_mask[i, width_cached - n :] = 1
+    else:
+        cache = DynamicCache(config=model.config)
+    suffixes = [row.prompt[n:] for row, n in zip(rows, reused)]
+    width = max(len(s) for s in suffixes)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    new_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, suffix in enumerate(suffixes):
+        input_ids[i, width - len(suffix) :] = torch.as_tensor(suffix, dtype=torch.long)
+        new_mask[i, width - len(suffix) :] = 1
+    positions = (torch.as_tensor(reused)[:, None] + new_mask.cumsum(-1) - 1).clamp(min=0)
+    attention = torch.cat([cached_mask, new_mask], dim=-1).to(device)
+    input_ids = input_ids.to(device)
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=positions.to(device),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=_last(input_ids),
+    ).logits[:, -1].float()
+    return cache, attention, positions[:, -1:].to(device) + 1, logits
+
+
+def _keep_kv(cache: DynamicCache, attention: torch.Tensor, slot: int, row: _Row, store: PrefixCache) -> None:
+    """Store a finished row's keys/values (prompt + all generated tokens but the last, never fed)."""
+    valid = attention[slot].nonzero().squeeze(-1)
+    layers = [(layer.keys[slot][:, valid].clone(), layer.values[slot][:, valid].clone()) for layer in cache.layers]
+    store.add(_KV(row.prompt + row.ids[:-1], layers), replaces=row.prefix_key)
+
+
+def _generate_chunk(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[Sequence[int]],
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    store: PrefixCache | None,
+) -> list[Completion]:
+    device = model.device
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    context = _context_length(model, tokenizer)
+    rows = [_Row(list(p), min(params.max_tokens or context - len(p), context - len(p))) for p in prompts]
+    eos = _eos_ids(model, tokenizer) | set(params.stop_token_ids)
+    eos_list = sorted(eos)
+    decode_kwargs = {"skip_special_tokens": params.skip_special_tokens, "clean_up_tokenization_spaces": False}
+    window = max((len(s) for s in params.stop), default=0) + 1
+    scale = params.temperature if params.temperature > 0 else 1.0
+
+    _assign_prefixes(model, rows, store)
+    cache, attention, next_pos, logits = _prefill(model, rows, pad_id)
+    active = list(range(len(rows)))
+    step = 0
+    while True:
+        sample_logits = logits
+        if step < params.min_tokens and eos_list:
+            sample_logits = logits.clone()
+            sample_logits[:, eos_list] = float("-inf")
+        tokens = _sample(sample_logits, params, generator)
+        token_logprobs = (logits / scale).log_softmax(-1).gather(-1, tokens[:, None]).squeeze(-1)
+        step += 1
+        keep = []
+        for slot, (row_index, token, logprob) in enumerate(zip(active, tokens.tolist(), token_logprobs.tolist())):
+            row = rows[row_index]
+            row.ids.append(token)
+            row.logprobs.append(logprob)
+            if token in eos:
+                row.reason = "stop"
+            elif params.stop and _stop_cut(tokenizer.decode(row.ids[-window:], **decode_kwargs), params.stop):
+                row.reason = "stop"
+            elif len(row.ids) >= row.budget:
+                row.reason = "length"
+            else:
+                keep.append(slot)
+                continue
+            if store is not None:
+                _keep_kv(cache, attention, slot, row, store)
+        if not keep:
+            break
+        if len(keep) < len(active):
+            index = torch.as_tensor(keep, device=device)
+            cache.batch_select_indices(index)
+            attention, next_pos, tokens = attention[index], next_pos[index], tokens[index]
+            active = [active[k] for k in keep]
+        attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=-1)
+        logits = model(
+            input_ids=tokens[:, None],
+            attention_mask=attention,
+            position_ids=next_pos,
+            past_key_values=cache,
+            use_cache=True,
+        ).logits[:, -1].float()
+        next_pos = next_pos + 1
+
+    completions = []
+    for row in rows:
+        text = tokenizer.decode(row.ids, **decode_kwargs)
+        cut = _stop_cut(text, params.stop) if params.stop else None
+        completions.append(
+            Completion(
+                text=text[:cut] if cut is not None else text,
+                token_ids=row.ids,
+                logprobs=row.logprobs if params.logprobs else None,
+                stop_reason=row.reason or "length",
+            )
+        )
+    return completions
+
+
+def _context_length(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int:
+    return getattr(model.config, "max_position_embeddings", None) or tokenizer.model_max_length
+
+
+def _check_prompt(prompt: Sequence[int], context: int) -> None:
+    if not prompt:
+        raise InferenceError("empty prompt: every prompt needs at least one token")
+    if len(prompt) >= context:
+        raise PromptTooLong(f"prompt of {len(prompt)} tokens leaves no room in the {context}-token context")
+
+
+def generate_batch(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts_token_ids: Sequence[Sequence[int]],
+    sampling: SamplingParams | Mapping[str, Any] | None = None,
+    *,
+    generator: torch.Generator | None = None,
+    batch_size: int = 16,
+    prefix_cache: PrefixCache | None = None,
+) -> list[Completion]:
+    """Generate one completion per prompt, `batch_size` prompts at a time (similar lengths together,
+    to waste less on padding); results come back in prompt order. With `prefix_cache`, prompts that
+    extend an earlier prompt + completion reuse its keys/values (the caller owns its invalidation)."""
+    params = sampling if isinstance(sampling, SamplingParams) else SamplingParams.from_dict(sampling)
+    for prompt in prompts_token_ids:
+        _check_prompt(prompt, _context_length(model, tokenizer))
+    order = sorted(range(len(prompts_token_ids)), key=lambda i: len(prompts_token_ids[i]))
+    results: list[Completion | None] = [None] * len(order)
+    with generation_mode(model):
+        store = prefix_cache if prefix_cache is not None and _plain_attention(model) else None
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            prompts = [prompts_token_ids[i] for i in chunk]
+            for i, output in zip(chunk, _generate_chunk(model, tokenizer, prompts, params, generator, store)):
+                results[i] = output
+    return results  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- weights used for generation
+
+
+class _GenerationWeights:
+    """The model that generates: the trainer's model itself, or a lower-precision copy of it kept in
+    sync automatically (a parameter whose storage or version counter changed is copied again).
+    `version` advances whenever the weights change, so keys/values computed earlier can be dropped."""
+
+    def __init__(self, model: PreTrainedModel, dtype: torch.dtype):
+        self.source = model
+        self.dtype = dtype
+        self.copy = None if model.dtype == dtype else copy.deepcopy(model).eval()
+        if self.copy is not None:
+            for param in self.copy.parameters():  # buffers (rotary frequencies) keep their fp32 precision
+                param.data = param.data.to(dtype)
+            self.copy.set_attn_implementation(DECODE_ATTENTION)
+        self.version = 0
+        self._seen = self._versions()
+
+    def _versions(self) -> list[tuple[int, int]]:
+        return [(p.data_ptr(), p._version) for p in self.source.parameters()]
+
+    def current(self) -> PreTrainedModel:
+        versions = self._versions()
+        if versions != self._seen:
+            if self.copy is not None:
+                with torch.no_grad():
+                    pairs = zip(self.source.parameters(), self.copy.parameters(), versions, self._seen)
+                    for src, dst, now, before in pairs:
+                        if now != before:
+                            dst.copy_(src)
+            self._seen = versions
+            self.version += 1
+        return self.copy if self.copy is not None else self.source
+
+    def sync(self) -> None:
+        """Copy every parameter again (after replacing weights in a way version counters miss)."""
+        self._seen = [(0, -1)] * len(self._seen)
+
+
+# --------------------------------------------------------------------------- the async engine
+
+
+@dataclass
+class EngineStats:
+    batches: int = 0
+    requests: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    generate_seconds: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.generate_seconds if self.generate_seconds else 0.0
+
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    params: SamplingParams
+    future: asyncio.Future
+
+
+class HFInferenceEngine:
+    """SkyRL inference client (`generate`, `finish_session`) running a transformers model in-process.
+
+    `dtype="auto"` generates in bf16 where the device has fast bf16 (on a bf16 copy of an fp32 model,
+    re-synced automatically after optimizer steps), else in the model's own dtype.
+    `batch_wait_ms` is the quiet gap that closes a batch; while trajectories known to be running
+    (sessions not yet finished) are still missing, it waits up to `max_wait_ms` for them.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        dtype: str | torch.dtype = "auto",
+        max_batch_size: int = 16,
+        batch_wait_ms: float = 20.0,
+        max_wait_ms: float = 500.0,
+        seed: int | None = None,
+        default_sampling: SamplingParams | Mapping[str, Any] | None = None,
+        prefix_cache_mb: int = 1024,
+        model_name: str = "mcprl-policy",
+    ):
+        if dtype == "auto":
+            dtype = pick_dtype(model.device)
+        elif isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.batch_wait_s = batch_wait_ms / 1000
+        self.max_wait_s = max_wait_ms / 1000
+        self.default_sampling = (
+            default_sampling
+            if isinstance(default_sampling, SamplingParams)
+            else SamplingParams.from_dict(default_sampling)
+        )
+        self.model_name = model_name
+        self.stats = EngineStats()
+        self._weights = _GenerationWeights(model, dtype)
+        self._context = _context_length(model, tokenizer)
+        self.prefix_cache = PrefixCache(prefix_cache_mb << 20) if prefix_cache_mb > 0 else None
+        self._cache_version = self._weights.version
+        self._generator = torch.Generator(device=model.device)
+        if seed is None:
+            self._generator.seed()
+        else:
+            self._generator.manual_seed(seed)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcprl-generate")
+        self._lock = threading.Lock()
+        self._sessions: set[Hashable] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.Queue[_Request] | None = None
+        self._worker: asyncio.Task | None = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._weights.dtype
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The sampling RNG; checkpoints save and restore its state."""
+        return self._generator
+
+    def sync_weights(self) -> None:
+        self._weights.sync()
+
+    def reset_stats(self) -> None:
+        self.stats = EngineStats()
+
+    # ---- synchronous core
+
+    def generate_batch(
+        self, prompts_token_ids: Sequence[Sequence[int]], sampling: SamplingParams | Mapping[str, Any] | None = None
+    ) -> list[Completion]:
+        if not isinstance(sampling, SamplingParams):
+            sampling = SamplingParams.from_dict(sampling, self.default_sampling)
+        with self._lock:
+            start = time.perf_counter()
+            model = self._weights.current()
+            if self.prefix_cache is not None and self._weights.version != self._cache_version:
+                self.prefix_cache.clear()
+                self._cache_version = self._weights.version
+            results = generate_batch(
+                model,
+                self.tokenizer,
+                prompts_token_ids,
+                sampling,
+                generator=self._generator,
+                batch_size=self.max_batch_size,
+                prefix_cache=self.prefix_cache,
+            )
+            self.stats.batches += -(-len(prompts_token_ids) // self.max_batch_size)
+            self.stats.requests += len(prompts_token_ids)
+            self.stats.prompt_tokens += sum(len(p) for p in prompts_token_ids)
+            self.stats.generated_tokens += sum(len(r.token_ids) for r in results)
+            self.stats.generate_seconds += time.perf_counter() - start
+        return results
+
+    # ---- SkyRL's InferenceEngineInterface (the parts SkyRLGymGenerator calls)
+
+    async def generate(self, input_batch: Mapping[str, Any], model: str | None = None) -> dict[str, Any]:
+        """`InferenceEngineInput` -> `InferenceEngineOutput`. `model` is accepted for interface
+        compatibility: there is one model, whatever name (base or LoRA adapter) the caller uses."""
+        prompts = input_batch.get("prompt_token_ids")
+        if prompts is None:
+            conversations = input_batch.get("prompts")
+            if conversations is None:
+                raise InferenceError("input_batch needs prompt_token_ids or prompts")
+            prompts = [
+                self.tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=True, return_dict=False)
+                for c in conversations
+            ]
+        params = SamplingParams.from_dict(input_batch.get("sampling_params"), self.default_sampling)
+        for prompt in prompts:  # fail this caller alone, not the batch it would join
+            _check_prompt(prompt, self._context)
+        self._sessions.update(s for s in input_batch.get("session_ids") or () if s is not None)
+        queue = self._ensure_worker()
+        loop = asyncio.get_running_loop()
+        futures = []
+        for prompt in prompts:
+            future = loop.create_future()
+            queue.put_nowait(_Request(list(prompt), params, future))
+            futures.append(future)
+        results: list[Completion] = await asyncio.gather(*futures)
+        return {
+            "responses": [r.text for r in results],
+            "response_ids": [r.token_ids for r in results],
+            "stop_reasons": [r.stop_reason for r in results],
+            "response_logprobs": [r.logprobs for r in results] if params.logprobs else None,
+        }
+
+    async def finish_session(self, session_id: Hashable) -> None:
+        self._sessions.discard(session_id)
+
+    async def teardown(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._worker is not None and not self._worker.done() and not self._worker.get_loop().is_closed():
+            self._worker.cancel()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # ---- batching
+
+    def _ensure_worker(self) -> asyncio.Queue[_Request]:
+        """One queue and worker per event loop (a trainer may call `asyncio.run` once per step)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._worker is None or self._worker.done():
+            self._loop = loop
+            self._queue = asyncio.Queue()
+            self._worker = loop.create_task(self._work(self._queue), name="mcprl-inference-batcher")
+        return self._queue  # type: ignore[return-value]
+
+    async def _collect(self, queue: asyncio.Queue[_Request], pending: list[_Request]) -> None:
+        """Gather requests until a quiet gap of `batch_wait_ms`, a full batch, or, while known running
+        sessions are still missing, `max_wait_ms`."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while len(pending) < self.max_batch_size:
+            expected = min(self.max_batch_size, len(self._sessions))
+            remaining = self.max_wait_s - (loop.time() - started)
+            wait = remaining if len(pending) < expected else min(self.batch_wait_s, remaining)
+            if wait <= 0:
+                return
+            try:
+                pending.append(await asyncio.wait_for(queue.get(), timeout=wait))
+            except asyncio.TimeoutError:
+                return
+
+    async def _work(self, queue: asyncio.Queue[_Request]) -> None:
+        loop = asyncio.get_running_loop()
+        pending: list[_Request] = []
+        while True:
+            if not pending:
+                pending.append(await queue.get())
+            await self._collect(queue, pending)
+            params = pending[0].params
+            batch = [r for r in pending if r.params == params][: self.max_batch_size]
+            pending = [r for r in pending if not any(r is b for b in batch)]
+            batch = [r for r in batch if not r.future.cancelled()]
+            if not batch:
+                continue
+            try:
+                results = await loop.run_in_executor(
+                    self._executor, self.generate_batch, [r.prompt for r in batch], params
+                )
+            except Exception as exc:  # every waiting trajectory sees the failure, the worker lives on
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                continue
+            for request, result in zip(batch, results):
+                if not request.future.done():
+                    request.future.set_result(result)
+
+
+# --------------------------------------------------------------------------- SkyRL generator
+
+
+def make_generator(
+    engine: HFInferenceEngine,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    max_turns: int,
+    max_input_length: int,
+    sampling: Mapping[str, Any],
+    max_env_workers: int = 4,
+    env_config: Mapping[str, Any] | None = None,
+    **generator_options: Any,
+) -> SkyRLGymGenerator:
+    """A real `SkyRLGymGenerator` over `engine`. `sampling` uses SkyRL's `generator.sampling_params`
+    keys (max_generate_length, temperature, top_p, top_k, min_p, logprobs, stop); the engine's
+    defaults are set from the same values through SkyRL's own vLLM conversion, so a `GeneratorInput`
+    with `sampling_params=None` and one with the trainer's converted params generate alike.
+    `env_config` reaches every `mcp_tool_env` (EnvConfig fields); `generator_options` are further
+    `GeneratorConfig` fields (e.g. `zero_reward_on_non_stop`)."""
+    import mcprl._compat  # noqa: F401  (before skyrl)
+    from skyrl.backends.skyrl_train.inference_servers.engine_utils import get_vllm_sampling_params
+    from skyrl.train.config import GeneratorConfig, SamplingParams as SkyRLSamplingParams
+    from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator
+
+    from mcprl.training.skyrl_launcher import MCPSkyRLGymConfig
+
+    try:
+        sampling_cfg = SkyRLSamplingParams(**sampling)
+    except TypeError as exc:
+        keys = ", ".join(f.name for f in fields(SkyRLSamplingParams))
+        raise UnsupportedSampling(f"bad sampling {dict(sampling)!r} ({exc}); SkyRL keys are: {keys}") from exc
+    engine.default_sampling = SamplingParams.from_dict(get_vllm_sampling_params(sampling_cfg))
+    generator_cfg = GeneratorConfig(
+        max_turns=max_turns,
+        max_input_length=max_input_length,
+        sampling_params=sampling_cfg,
+        batched=False,
+        **generator_options,
+    )
+    return SkyRLGymGenerator(
+        generator_cfg=generator_cfg,
+        skyrl_gym_cfg=MCPSkyRLGymConfig(max_env_workers=max_env_workers, mcp_tool_env=dict(env_config or {})),
+        inference_engine_client=engine,
+        tokenizer=tokenizer,
+    )

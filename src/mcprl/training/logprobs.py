@@ -1,0 +1,58 @@
+"""Per-token log-probabilities of chosen tokens, for SFT and GRPO alike.
+
+The LM head (vocab 49k for SmolLM2) is the costliest single layer on CPU; it runs only at the
+positions a loss reads (the model's own tokens), not over prompts and tool outputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+
+@dataclass
+class TokenStats:
+    logprobs: torch.Tensor  # [N] log p(chosen token) at the selected positions
+    entropy: torch.Tensor | None  # [N] entropy of the predictive distribution there (no grad)
+
+
+def autocast_for(model: PreTrainedModel, enabled: bool) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CPUs with AMX / GPUs with bf16; fp32 master weights stay in the optimizer."""
+    device = next(model.parameters()).device.type
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device, dtype=torch.bfloat16)
+
+
+def _base_and_head(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Module]:
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return inner.model, inner.lm_head
+
+
+def selected_token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                            select: torch.Tensor, *, temperature: float = 1.0, bf16: bool = False,
+                            with_entropy: bool = False) -> TokenStats:
+    """Log p(input_ids[b, t] | input_ids[b, :t]) for every (b, t) with select[b, t] true.
+
+    Rows are right-padded; position t is predicted from the hidden state at t - 1. `temperature`
+    divides the logits as the sampler did, so ratios compare like with like.
+    """
+    base, head = _base_and_head(model)
+    with autocast_for(model, bf16):
+        hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [B, T, H]
+        prev = select[:, 1:]  # targets at t >= 1
+        h = hidden[:, :-1][prev]  # [N, H] states that predict the selected tokens
+        logits = head(h).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    targets = input_ids[:, 1:][prev]
+    logp = torch.log_softmax(logits, dim=-1)
+    chosen = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(logp.exp() * logp).sum(-1)
+    return TokenStats(chosen, entropy)

@@ -1,0 +1,75 @@
+"""The policy a run trains and evaluates: model (LoRA or full), tokenizer, rollout engine, episodes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from mcprl.training.config import FinetuneConfig, TrainConfig, env_config
+from mcprl.training.devices import configure_threads, pick_device, pick_dtype
+from mcprl.training.inference import HFInferenceEngine
+from mcprl.training.model import load_model
+from mcprl.training.rollout import Rollouts
+
+
+@dataclass
+class Policy:
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    engine: HFInferenceEngine
+    rollouts: Rollouts
+    bf16: bool  # train under bf16 autocast (fp32 master weights)
+
+    @property
+    def pad_id(self) -> int:
+        return int(self.tokenizer.pad_token_id)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+
+def wrap_for_finetune(model: PreTrainedModel, finetune: FinetuneConfig) -> PreTrainedModel:
+    if finetune.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    if finetune.mode == "full":
+        return model
+    lora = finetune.lora
+    targets: Any = "all-linear" if lora.target_modules == ["all-linear"] else list(lora.target_modules)
+    return get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                            target_modules=targets, task_type="CAUSAL_LM"))
+
+
+def load_policy_weights(name_or_checkpoint: str, device: str = "auto") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A model name (alias, HF id in cache, dir) or a training checkpoint (adapter or full weights)."""
+    path = Path(name_or_checkpoint)
+    weights = path / "model"
+    adapter = weights / "adapter_config.json"
+    if adapter.exists():
+        base_name = json.loads(adapter.read_text())["base_model_name_or_path"]
+        model, tokenizer = load_model(base_name, dtype="float32", device=device)
+        return PeftModel.from_pretrained(model, weights), tokenizer
+    if (weights / "config.json").exists():
+        return load_model(str(weights), dtype="float32", device=device)
+    return load_model(name_or_checkpoint, dtype="float32", device=device)
+
+
+def build_policy(cfg: TrainConfig, *, model: PreTrainedModel | None = None,
+                 tokenizer: PreTrainedTokenizerBase | None = None) -> Policy:
+    """fp32 master weights; rollouts and forward passes in bf16 where the hardware makes that fast."""
+    configure_threads(cfg.model.threads)
+    device = pick_device() if cfg.model.device == "auto" else torch.device(cfg.model.device)
+    if model is None:
+        model, tokenizer = load_model(cfg.model.name, dtype="float32", device=str(device))
+        model = wrap_for_finetune(model, cfg.finetune)
+    dtype = {"auto": pick_dtype(device), "bfloat16": torch.bfloat16, "float32": torch.float32}[cfg.model.dtype]
+    engine = HFInferenceEngine(model, tokenizer, dtype=dtype, seed=cfg.run.seed,
+                               max_batch_size=max(cfg.num_envs, cfg.eval.max_tasks or 0, 1))
+    rollouts = Rollouts(engine, tokenizer, env_config=env_config(cfg), max_turns=cfg.rollout.max_turns,
+                        max_input_length=cfg.rollout.max_input_length, max_new_tokens=cfg.rollout.max_new_tokens)
+    return Policy(model, tokenizer, engine, rollouts, bf16=dtype == torch.bfloat16)

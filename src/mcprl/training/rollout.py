@@ -1,0 +1,95 @@
+"""Episodes through SkyRL's own `SkyRLGymGenerator` over `mcp_tool_env`, for training and evaluation.
+
+One place turns tasks into a `GeneratorInput` (group_size samples per task), runs SkyRL's loop with
+our in-process engine, and turns its output back into per-trajectory records (the eval format).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import mcprl._compat  # noqa: F401 - before skyrl
+import mcprl.envs  # noqa: F401 - registers mcp_tool_env
+from skyrl.train.generators.base import TrajectoryID
+from transformers import PreTrainedTokenizerBase
+
+from mcprl.data.sample import SkyRLSample
+from mcprl.envs import ENV_ID
+from mcprl.envs.parsing import stop_strings
+from mcprl.training.inference import HFInferenceEngine, make_generator
+
+ENV_WORKERS = 8  # env steps are tool calls: I/O-bound, fine to overlap
+
+
+@dataclass
+class RolloutResult:
+    samples: list[SkyRLSample]  # one per trajectory
+    group_ids: list[str]  # the task each trajectory belongs to (GRPO groups)
+    output: dict[str, Any]  # SkyRL GeneratorOutput
+    trajectories: list[dict[str, Any]]  # eval-format records (docs/evaluation.md)
+
+
+class Rollouts:
+    def __init__(self, engine: HFInferenceEngine, tokenizer: PreTrainedTokenizerBase, *, env_config: dict[str, Any],
+                 max_turns: int, max_input_length: int, max_new_tokens: int) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.env_config = env_config
+        self.max_turns = max_turns
+        self.max_input_length = max_input_length
+        self.max_new_tokens = max_new_tokens
+
+    def sampling(self, temperature: float, top_p: float = 1.0, top_k: int = -1) -> dict[str, Any]:
+        return {"max_generate_length": self.max_new_tokens, "temperature": temperature, "top_p": top_p,
+                "top_k": top_k, "logprobs": 0, "stop": stop_strings("hermes")}
+
+    def run(self, tasks: list[SkyRLSample], n_per_task: int, sampling: dict[str, Any]) -> RolloutResult:
+        generator = make_generator(self.engine, self.tokenizer, max_turns=self.max_turns,
+                                   max_input_length=self.max_input_length, sampling=sampling,
+                                   max_env_workers=ENV_WORKERS, env_config=self.env_config)
+        samples = [t for t in tasks for _ in range(n_per_task)]
+        batch = {
+            "prompts": [list(s.prompt) for s in samples],
+            "env_classes": [ENV_ID] * len(samples),
+            "env_extras": [{"reward_spec": s.reward_spec, "extra_info": s.extra_info, "data_source": s.data_source}
+                           for s in samples],
+            "sampling_params": None,
+            "trajectory_ids": [TrajectoryID(instance_id=s.task_id, repetition_id=i % n_per_task)
+                               for i, s in enumerate(samples)],
+            "batch_metadata": None,
+        }
+        output = asyncio.run(generator.generate(batch, disable_tqdm=True))
+        group_ids = [s.task_id for s in samples]
+        records = [trajectory_record(s, i % n_per_task, output, i, self.tokenizer, self.max_input_length)
+                   for i, s in enumerate(samples)]
+        return RolloutResult(samples, group_ids, output, records)
+
+
+def trajectory_record(sample: SkyRLSample, sample_idx: int, output: dict[str, Any], i: int,
+                      tokenizer: PreTrainedTokenizerBase, max_input_length: int) -> dict[str, Any]:
+    """One trajectory in the eval format, from the generator output and the env's trace."""
+    metrics = (output.get("env_metrics") or [{}] * (i + 1))[i] or {}
+    trace = metrics.get("trace") or []
+    gt = sample.ground_truth
+    prompt_ids, response_ids = output["prompt_token_ids"][i], output["response_ids"][i]
+    stop = (output.get("stop_reasons") or ["stop"] * (i + 1))[i]
+    answered = bool(metrics.get("answered"))
+    success = bool(metrics.get("success"))
+    if stop == "length" and len(prompt_ids) + len(response_ids) >= max_input_length:
+        stop = "context_overflow"
+    elif not answered and not success and metrics.get("turns", 0) >= gt.get("max_turns", 0):
+        stop = "max_turns"
+    answers = [t for t in trace if t.get("kind") == "answer"]
+    return {
+        "task_id": sample.task_id, "sample_idx": sample_idx, "data_source": sample.data_source,
+        "complexity": gt.get("complexity"), "input_prompt": sample.prompt,
+        "output_response": tokenizer.decode(response_ids, skip_special_tokens=False),
+        "turns": trace, "score": [t.get("reward", 0.0) for t in trace],
+        "reward": float(sum(t.get("reward", 0.0) for t in trace)), "success": success, "answered": answered,
+        "answer_correct": answers[-1].get("answer_correct") if answers else None,
+        "stop_reason": stop, "env_extras": {"task_id": sample.task_id, "data_source": sample.data_source,
+                                            "complexity": gt.get("complexity")},
+        "prompt_tokens": len(prompt_ids), "response_tokens": len(response_ids), "num_turns": len(trace),
+    }

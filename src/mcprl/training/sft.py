@@ -1,0 +1,89 @@
+"""Supervised warm start on expert trajectories: the model learns the call format and the chains.
+
+The loss covers the assistant turns only (tool calls, final answers and their end-of-turn token),
+never the prompt or tool outputs, exactly the tokens GRPO later trains.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from mcprl.training.logprobs import selected_token_logprobs
+
+
+@dataclass
+class SFTExample:
+    input_ids: list[int]
+    loss_mask: list[bool]  # True on the model's own tokens
+
+
+def load_experts(path: str | Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def tokenize_conversation(messages: list[dict[str, str]], tokenizer: PreTrainedTokenizerBase,
+                          max_seq_len: int) -> SFTExample:
+    """Render with the chat template, then mark each assistant message and the end token that follows it."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    spans, cursor = [], 0
+    end_token = tokenizer.eos_token or ""
+    for message in messages:
+        start = text.find(message["content"], cursor)
+        if start < 0:
+            raise ValueError(f"chat template dropped a {message['role']} message: {message['content'][:60]!r}")
+        stop = start + len(message["content"])
+        if message["role"] == "assistant":
+            if end_token and text.startswith(end_token, stop):
+                stop += len(end_token)
+            spans.append((start, stop))
+        cursor = stop
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    mask = [any(s <= a < e for s, e in spans) for a, _ in enc["offset_mapping"]]
+    return SFTExample(enc["input_ids"][:max_seq_len], mask[:max_seq_len])
+
+
+def batches(examples: list[SFTExample], batch_size: int, rng: random.Random) -> Iterator[list[SFTExample]]:
+    """Length-bucketed batches (little padding) in a seeded random order, forever."""
+    while True:
+        order = sorted(range(len(examples)), key=lambda i: (len(examples[i].input_ids), rng.random()))
+        chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        rng.shuffle(chunks)
+        for chunk in chunks:
+            yield [examples[i] for i in chunk]
+
+
+def collate(batch: list[SFTExample], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(x.input_ids) for x in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    select = torch.zeros((len(batch), width), dtype=torch.bool)
+    for i, x in enumerate(batch):
+        n = len(x.input_ids)
+        ids[i, :n] = torch.tensor(x.input_ids)
+        attention[i, :n] = 1
+        select[i, :n] = torch.tensor(x.loss_mask)
+    select[:, 0] = False  # nothing predicts the first token
+    return ids, attention, select
+
+
+def sft_step(model: PreTrainedModel, batch: list[SFTExample], pad_id: int, *, micro_batch_size: int,
+             bf16: bool) -> dict[str, float]:
+    """Accumulate gradients of the token-mean NLL over the batch; the caller steps the optimizer."""
+    total_tokens = sum(sum(x.loss_mask[1:]) for x in batch)
+    loss_sum = 0.0
+    for i in range(0, len(batch), micro_batch_size):
+        ids, attention, select = collate(batch[i:i + micro_batch_size], pad_id)
+        stats = selected_token_logprobs(model, ids, attention, select, bf16=bf16)
+        loss = -stats.logprobs.sum() / max(total_tokens, 1)
+        loss.backward()
+        loss_sum += loss.item()
+    return {"sft_loss": loss_sum, "sft_tokens": float(total_tokens),
+            "sft_ppl": math.exp(min(loss_sum, 20.0))}

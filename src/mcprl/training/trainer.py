@@ -1,0 +1,268 @@
+"""The embedded trainer: base eval -> SFT warm start -> eval -> GRPO -> eval, on one machine.
+
+Rollouts run through SkyRL's own generator over `mcp_tool_env`; advantages and policy losses come
+from SkyRL's registries (see grpo.py). Everything a run produces lands in `run.output_dir`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.progress import Progress
+
+from mcprl.data.rules import generate
+from mcprl.data.sample import SkyRLSample, read_samples, write_samples
+from mcprl.training import grpo
+from mcprl.training.callbacks import CallbackList, build_callbacks
+from mcprl.training.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
+from mcprl.training.config import TrainConfig
+from mcprl.training.policy import Policy, build_policy
+from mcprl.training.sft import batches, load_experts, sft_step, tokenize_conversation
+
+console = Console()
+
+
+# ------------------------------------------------------------------------------------------------ data
+
+def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample], Path]:
+    """Train tasks, held-out eval tasks (unseen entities) and expert demos; generated when missing."""
+    train_path, eval_path, experts_path = Path(cfg.data.train), Path(cfg.data.eval), Path(cfg.data.experts_path())
+    missing = not (train_path.exists() and eval_path.exists() and (experts_path.exists() or not cfg.sft.enabled))
+    if cfg.data.regenerate or missing:
+        g = cfg.data.generate
+        if g.method != "rules":
+            raise ValueError(f"data files are missing and data.generate.method={g.method} needs inputs; "
+                             f"run `mcprl data generate --method {g.method} ...` first")
+        with console.status(f"generating {g.n_train} training and {g.n_eval} held-out tasks"):
+            train = generate(g.n_train, g.seed, progress=False)
+            held = generate(g.n_eval, g.seed, heldout=True, progress=False)
+        write_samples(train.samples, train_path)
+        write_samples(held.samples, eval_path)
+        experts_path.parent.mkdir(parents=True, exist_ok=True)
+        experts_path.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in train.experts))
+    return read_samples(train_path), read_samples(eval_path), experts_path
+
+
+def prompt_stream(tasks: list[SkyRLSample], seed: int) -> Iterator[SkyRLSample]:
+    """Tasks in a fresh seeded order every epoch; position n is reproducible from (seed, n)."""
+    epoch = 0
+    while True:
+        order = list(range(len(tasks)))
+        random.Random(f"{seed}:grpo:{epoch}").shuffle(order)
+        yield from (tasks[i] for i in order)
+        epoch += 1
+
+
+# ------------------------------------------------------------------------------------------ optimizer
+
+def optimizer_for(policy: Policy, lr: float, weight_decay: float, warmup: int, total: int,
+                  schedule: str = "constant") -> tuple[torch.optim.Optimizer, Any]:
+    opt = torch.optim.AdamW(policy.trainable_parameters(), lr=lr, weight_decay=weight_decay)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        if schedule == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+        return 1.0
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+# ------------------------------------------------------------------------------------------- evaluate
+
+def evaluate(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: Path, name: str) -> dict[str, Any]:
+    from mcprl.eval.results import write_eval_outputs
+
+    subset = tasks[:cfg.eval.max_tasks] if cfg.eval.max_tasks else tasks
+    with console.status(f"eval_{name}: {len(subset)} tasks x {cfg.eval.n_samples}"):
+        result = policy.rollouts.run(subset, cfg.eval.n_samples, policy.rollouts.sampling(cfg.eval.temperature))
+    reference = run_dir / "eval_base"
+    results = write_eval_outputs(run_dir / f"eval_{name}", result.trajectories,
+                                 reference_dir=reference if name != "base" and reference.exists() else None,
+                                 ks=sorted({1, cfg.eval.n_samples}), max_input_tokens=cfg.rollout.max_input_length,
+                                 console=console)
+    return results
+
+
+# ------------------------------------------------------------------------------------------------ SFT
+
+def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, state: TrainState, run_dir: Path,
+            callbacks: CallbackList, resume_from: Path | None, clock: Clock) -> None:
+    examples = [tokenize_conversation(e["messages"], policy.tokenizer, cfg.sft.max_seq_len)
+                for e in load_experts(experts_path)]
+    total = cfg.sft.max_steps or max(1, math.ceil(cfg.sft.epochs * len(examples) / cfg.sft.batch_size))
+    opt, sched = optimizer_for(policy, cfg.sft.lr, 0.0, cfg.sft.warmup_steps, total)
+    generators = {"engine": policy.engine.generator}
+    if resume_from is not None:
+        load_checkpoint(resume_from, policy.model, opt, sched, generators)
+    stream = batches(examples, cfg.sft.batch_size, random.Random(f"{cfg.run.seed}:sft"))
+    for _ in range(state.sft_batches_drawn):
+        next(stream)
+    policy.model.train()
+    with Progress(console=console, transient=True) as bar:
+        job = bar.add_task("SFT", total=total, completed=state.sft_step)
+        while state.sft_step < total and not clock.over(cfg.sft.max_seconds):
+            t0 = time.perf_counter()
+            metrics = sft_step(policy.model, next(stream), policy.pad_id, micro_batch_size=4, bf16=policy.bf16)
+            state.sft_batches_drawn += 1
+            grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), cfg.algo.grad_clip)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            state.sft_step += 1
+            callbacks.on_step(state.sft_step, {"phase": "sft", "time_s": time.perf_counter() - t0, **metrics,
+                                               "grad_norm": float(grad_norm), "lr": sched.get_last_lr()[0]})
+            bar.advance(job)
+            if cfg.sft.save_every and state.sft_step % cfg.sft.save_every == 0:
+                state.elapsed_s = clock.total
+                callbacks.on_checkpoint(state.sft_step, save_checkpoint(run_dir, state, policy.model, policy.tokenizer,
+                                                                        opt, sched, generators))
+    policy.engine.sync_weights()
+
+
+# ----------------------------------------------------------------------------------------------- GRPO
+
+def rollout_metrics(result: Any, group_size: int) -> dict[str, float]:
+    rewards = np.array([t["reward"] for t in result.trajectories])
+    groups = rewards.reshape(-1, group_size)
+    variances = groups.var(axis=1)
+    env = [m or {} for m in (result.output.get("env_metrics") or [])]
+    calls = sum(m.get("tool_calls", 0) for m in env)
+    turns = max(sum(m.get("turns", 0) for m in env), 1)
+    return {"reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
+            "success_rate": float(np.mean([t["success"] for t in result.trajectories])),
+            "tool_success_rate": sum(m.get("tool_ok", 0) for m in env) / max(calls, 1),
+            "tool_timeout_rate": sum(m.get("tool_timeouts", 0) for m in env) / max(calls, 1),
+            "malformed_rate": sum(m.get("malformed", 0) for m in env) / turns,
+            "episode_len": turns / max(len(env), 1), "frac_prompts_with_signal": float((variances > 1e-8).mean()),
+            "reward_var_per_prompt_mean": float(variances.mean())}
+
+
+def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: TrainState, run_dir: Path,
+             callbacks: CallbackList, resume_from: Path | None, clock: Clock) -> None:
+    algo = cfg.algo
+    opt, sched = optimizer_for(policy, algo.lr, algo.weight_decay, algo.warmup_steps, algo.steps, algo.lr_scheduler)
+    generators = {"engine": policy.engine.generator}
+    if resume_from is not None:
+        load_checkpoint(resume_from, policy.model, opt, sched, generators)
+    config = grpo.skyrl_algorithm_config(algo, cfg.rollout.temperature)
+    stream = prompt_stream(tasks, cfg.run.seed)
+    for _ in range(state.grpo_prompts_drawn):
+        next(stream)
+    sampling = policy.rollouts.sampling(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
+    with Progress(console=console, transient=True) as bar:
+        job = bar.add_task("GRPO", total=algo.steps, completed=state.grpo_step)
+        while state.grpo_step < algo.steps:
+            t0 = time.perf_counter()
+            prompts = [next(stream) for _ in range(algo.prompts_per_step)]
+            state.grpo_prompts_drawn += len(prompts)
+            result = policy.rollouts.run(prompts, algo.group_size, sampling)
+            t_rollout = time.perf_counter() - t0
+            policy.model.train()
+            batch = grpo.build_batch(result.output, result.group_ids)
+            metrics = grpo.update(policy.model, batch, config, algo, opt, sched, pad_id=policy.pad_id,
+                                  temperature=cfg.rollout.temperature, bf16=policy.bf16)
+            policy.engine.sync_weights()
+            state.grpo_step += 1
+            callbacks.on_step(state.grpo_step, {"phase": "grpo", "time_s": time.perf_counter() - t0,
+                                                "rollout_s": t_rollout, **rollout_metrics(result, algo.group_size),
+                                                **metrics})
+            bar.advance(job)
+            if algo.save_every and state.grpo_step % algo.save_every == 0:
+                state.elapsed_s = clock.total
+                callbacks.on_checkpoint(state.grpo_step, save_checkpoint(run_dir, state, policy.model, policy.tokenizer,
+                                                                         opt, sched, generators))
+
+
+# ------------------------------------------------------------------------------------------ the run
+
+class Clock:
+    """Training seconds (evals excluded), carried across resumes."""
+
+    def __init__(self, elapsed: float = 0.0) -> None:
+        self.before, self.start = elapsed, time.perf_counter()
+        self.paused = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.before + time.perf_counter() - self.start - self.paused
+
+    def over(self, limit: float | None) -> bool:
+        return limit is not None and self.total >= limit
+
+
+def train(cfg: TrainConfig, *, resume: bool = False, sft_only: bool = False) -> dict[str, Any]:
+    run_dir = Path(cfg.run.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    random.seed(cfg.run.seed)
+    np.random.seed(cfg.run.seed)
+    torch.manual_seed(cfg.run.seed)
+    train_tasks, eval_tasks, experts_path = prepare_data(cfg)
+    policy = build_policy(cfg)
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    state = TrainState(phase="sft" if cfg.sft.enabled else "grpo")
+    if checkpoint is not None:
+        state = TrainState(**json.loads((checkpoint / "trainer_state.json").read_text()))
+        console.print(f"resuming from {checkpoint} ({state.phase} step {state.tag})")
+    callbacks = build_callbacks(cfg, run_dir)
+    callbacks.on_train_start(cfg, run_dir)
+    clock = Clock(state.elapsed_s)
+    summary: dict[str, Any] = {}
+    try:
+        if cfg.eval.before and "base" not in state.evals:
+            state.evals["base"] = _eval(policy, cfg, eval_tasks, run_dir, "base", callbacks, clock)
+        if state.phase == "sft":
+            run_sft(policy, cfg, experts_path, state, run_dir, callbacks, checkpoint, clock)
+            state.phase = "done" if sft_only else "grpo"
+            if cfg.eval.after_sft:
+                state.evals["sft"] = _eval(policy, cfg, eval_tasks, run_dir, "sft", callbacks, clock)
+            state.elapsed_s = clock.total
+            # Phase boundary: the warm-started weights, no optimizer state (GRPO starts its own).
+            checkpoint = save_checkpoint(run_dir, state, policy.model, policy.tokenizer, None, None,
+                                         {"engine": policy.engine.generator})
+        if state.phase == "grpo" and not sft_only:
+            run_grpo(policy, cfg, train_tasks, state, run_dir, callbacks, checkpoint, clock)
+            state.phase = "done"
+            if cfg.eval.after_grpo:
+                state.evals["grpo"] = _eval(policy, cfg, eval_tasks, run_dir, "grpo", callbacks, clock)
+        state.elapsed_s = clock.total
+        final = save_checkpoint(run_dir, state, policy.model, policy.tokenizer, None, None,
+                                {"engine": policy.engine.generator})
+        summary = {**{f"eval_{k}": v for k, v in state.evals.items()}, "train_seconds": round(clock.total, 1),
+                   "sft_steps": state.sft_step, "grpo_steps": state.grpo_step, "final_checkpoint": str(final)}
+    finally:
+        callbacks.on_train_end(summary)
+        policy.engine.close()
+    _report(run_dir)
+    return summary
+
+
+def _eval(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: Path, name: str,
+          callbacks: CallbackList, clock: Clock) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    results = evaluate(policy, cfg, tasks, run_dir, name)
+    clock.paused += time.perf_counter() - t0
+    callbacks.on_eval(name, results)
+    overall = results["overall"]
+    return {"success_rate": overall.get("success_rate"), "pass@1": overall.get("pass@1"),
+            "by_complexity": {k: v.get("success_rate") for k, v in results.get("by_complexity", {}).items()},
+            "tool_error_rate": overall.get("tool_error_rate"), "mean_turns": overall.get("mean_turns")}
+
+
+def _report(run_dir: Path) -> None:
+    from mcprl.eval.report import build_report
+
+    try:
+        paths = build_report(run_dir, console=console)
+        console.print(f"report: {paths.html}")
+    except Exception as e:  # noqa: BLE001 - the run's results are already on disk
+        console.print(f"[yellow]report skipped:[/yellow] {e}")
