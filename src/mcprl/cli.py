@@ -5,9 +5,11 @@ from __future__ import annotations
 import typer
 
 from mcprl.data.cli import app as data_app
+from mcprl.envs.cli import app as env_app
 from mcprl.eval.cli import app as eval_app
 from mcprl.eval.cli import report_command
 from mcprl.eval.runner import eval_callback
+from mcprl.rewards.cli import app as judge_app
 from mcprl.servers import launcher
 from mcprl.servers.cli import app as servers_app
 from mcprl.tools.cli import app as tools_app
@@ -19,6 +21,8 @@ servers_app.command("check")(launcher.check)
 app.add_typer(servers_app, name="servers")
 app.add_typer(tools_app, name="tools")
 app.add_typer(data_app, name="data")
+app.add_typer(env_app, name="env")
+app.add_typer(judge_app, name="judge")
 eval_app.callback(invoke_without_command=True)(eval_callback)
 app.add_typer(eval_app, name="eval")
 app.command("report")(report_command)

@@ -19,8 +19,20 @@ def tool_signature(info: ToolInfo) -> str:
     required = set(info.input_schema.get("required", []))
     params = ", ".join(f"{name}{'' if name in required else '?'}: {_type_name(schema)}"
                        for name, schema in props.items())
-    summary = info.description.strip().split("\n")[0].split(". ")[0].rstrip(".")
+    summary = _summary(info.description)
     return f"- {info.name}({params}): {summary}" if summary else f"- {info.name}({params})"
+
+
+def _summary(description: str, max_chars: int = 60) -> str:
+    """The description's first clause: enough to tell tools apart, cheap in tokens."""
+    text = description.strip().split("\n")[0].split(". ")[0]
+    for stop in (":", " (", ";"):
+        text = text.split(stop)[0]
+    text = text.rstrip(".")
+    if len(text) <= max_chars:
+        return text
+    head = text[:max_chars]
+    return head.rsplit(",", 1)[0] if "," in head else head.rsplit(" ", 1)[0]
 
 
 def _type_name(schema: dict[str, Any]) -> str:

@@ -752,7 +752,9 @@ class HFInferenceEngine:
             params = pending[0].params
             batch = [r for r in pending if r.params == params][: self.max_batch_size]
             pending = [r for r in pending if not any(r is b for b in batch)]
-            batch = [r for r in batch if not r.future.cancelled()]
+            # Canonical order: which row draws which random numbers must not depend on arrival timing
+            # (env steps finish in any order), or seeded runs and exact resumes would drift.
+            batch = sorted((r for r in batch if not r.future.cancelled()), key=lambda r: r.prompt)
             if not batch:
                 continue
             try:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 from mcprl.training.devices import pick_device, pick_dtype
 
@@ -216,6 +217,7 @@ def load_model(
     """Load model and tokenizer. `dtype="auto"` is bf16 where the device has fast bf16, else fp32;
     a trainer keeping fp32 master weights passes `dtype="float32"`."""
     path = resolve_model(name)
+    hf_logging.disable_progress_bar()  # a 135M model loads in a second; the bar only clutters run logs
     torch_device = pick_device() if device == "auto" else torch.device(device)
     torch_dtype = _resolve_dtype(dtype, torch_device)
     tokenizer = configure_tokenizer(AutoTokenizer.from_pretrained(path, local_files_only=True))

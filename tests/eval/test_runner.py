@@ -1,0 +1,67 @@
+"""`mcprl eval` through the real generator, env and servers: scripted policies for exact numbers,
+and the real default model on a handful of tasks."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from mcprl.cli import app
+from mcprl.data.rules import generate
+from mcprl.data.sample import write_samples
+from mcprl.eval.results import write_eval_outputs
+from mcprl.training.config import env_config, load_train_config
+from mcprl.training.model import load_model
+from mcprl.training.rollout import Rollouts
+from tests.support.scripted import ScriptedClient, expert_policy
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return generate(4, seed=21, progress=False)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_model("smollm2-135m", device="cpu")[1]
+
+
+def scripted_eval(tokenizer, tasks, policy, out, reference=None, n=2):
+    cfg = load_train_config("configs/quickstart.yaml")
+    rollouts = Rollouts(ScriptedClient(tokenizer, policy), tokenizer, env_config=env_config(cfg), max_turns=6,
+                        max_input_length=4096, max_new_tokens=128)
+    result = rollouts.run(tasks.samples, n, rollouts.sampling(0.0))
+    return result, write_eval_outputs(out, result.trajectories, reference_dir=reference, ks=[1, n])
+
+
+def test_always_correct_policy_gets_pass_at_k_one(tmp_path, tokenizer, tasks):
+    result, agg = scripted_eval(tokenizer, tasks, expert_policy(tasks.experts), tmp_path / "expert")
+    overall = agg["overall"]
+    assert overall["pass@1"] == 1.0 and overall["pass@2"] == 1.0 and overall["pass^2"] == 1.0
+    assert overall["success_rate"] == 1.0 and overall["tool_error_rate"] == 0.0
+    rows = [json.loads(x) for x in (tmp_path / "expert" / "trajectories.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and all(r["turns"] and r["score"] for r in rows)
+    assert {"input_prompt", "output_response", "stop_reason", "env_extras", "prompt_tokens"} <= set(rows[0])
+
+
+def test_policy_that_never_calls_tools_is_labelled_and_trips_the_alarm(tmp_path, tokenizer, tasks):
+    scripted_eval(tokenizer, tasks, expert_policy(tasks.experts), tmp_path / "expert")
+    _, agg = scripted_eval(tokenizer, tasks, lambda question, turn: "<answer>I am not sure.</answer>",
+                           tmp_path / "lazy", reference=tmp_path / "expert")
+    rows = [json.loads(x) for x in (tmp_path / "lazy" / "trajectories.jsonl").read_text().splitlines()]
+    assert agg["overall"]["success_rate"] == 0.0
+    results = json.loads((tmp_path / "lazy" / "aggregated_results.json").read_text())
+    assert results["patterns"]["counts"]["no_tool_used"] == len(rows)
+    assert any(a["kind"] == "tool_collapse" for a in results["alarms"])
+
+
+def test_mcprl_eval_with_the_real_default_model(tmp_path, tasks):
+    data = write_samples(tasks.samples, tmp_path / "tasks.jsonl")
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text("rollout: {max_new_tokens: 24, max_turns: 2}\nmodel: {threads: 2}\n")
+    result = CliRunner().invoke(app, ["eval", "--model", "smollm2-135m", "--data", str(data), "--n", "2",
+                                      "--max-tasks", "2", "--config", str(cfg), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    agg = json.loads((tmp_path / "out" / "aggregated_results.json").read_text())
+    assert agg["overall"]["n_trajectories"] == 4 and agg["overall"]["n_tasks"] == 2
+    assert "pass@2" in agg["overall"] and "signal" in agg

@@ -1,0 +1,68 @@
+"""End-to-end smoke of the embedded trainer with the real default model: data -> eval -> SFT -> GRPO -> eval,
+finite losses, checkpoints on disk, and an exact resume after a crash."""
+
+import json
+import math
+
+import pytest
+
+from mcprl.training import trainer
+from mcprl.training.callbacks import Callback, CallbackList
+from mcprl.training.config import load_train_config
+
+SMOKE = ["data.generate.n_train=12", "data.generate.n_eval=2", "sft.max_steps=4", "sft.batch_size=2",
+         "sft.save_every=2", "sft.warmup_steps=1", "algo.steps=2", "algo.prompts_per_step=2", "algo.group_size=2",
+         "algo.micro_batch_size=4", "algo.save_every=1", "rollout.max_new_tokens=48", "rollout.max_turns=3",
+         "eval.max_tasks=2", "logging.wandb.enabled=false", "logging.console_every=0", "model.threads=2"]
+
+
+def config(tmp_path, name, *extra):
+    data = tmp_path / "data"
+    return load_train_config("configs/quickstart.yaml", [
+        *SMOKE, f"run.output_dir={tmp_path / name}", f"data.train={data / 'train.jsonl'}",
+        f"data.eval={data / 'test.jsonl'}", *extra])
+
+
+def rows(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+class CrashAt(Callback):
+    def __init__(self, phase, step):
+        self.phase, self.step = phase, step
+
+    def on_step(self, step, metrics):
+        if metrics.get("phase") == self.phase and step == self.step:
+            raise KeyboardInterrupt(f"simulated crash at {self.phase} step {step}")
+
+
+def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch):
+    full = config(tmp_path, "full")
+    summary = trainer.train(full)
+    run = tmp_path / "full"
+    metrics = rows(run)
+    sft = [r for r in metrics if r["phase"] == "sft"]
+    grpo = [r for r in metrics if r["phase"] == "grpo"]
+    assert [r["step"] for r in sft] == [1, 2, 3, 4] and [r["step"] for r in grpo] == [1, 2]
+    assert all(math.isfinite(r["sft_loss"]) for r in sft)
+    assert all(math.isfinite(r["policy_loss"]) and math.isfinite(r["reward_mean"]) for r in grpo)
+    assert (run / "checkpoints" / "latest").exists()
+    assert any((p / "model" / "adapter_model.safetensors").exists() for p in (run / "checkpoints").glob("step_*"))
+    assert {"eval_base", "eval_sft", "eval_grpo", "train_seconds"} <= set(summary)
+    assert json.loads((run / "summary.json").read_text())["train_seconds"] > 0
+    assert (run / "report" / "report.html").exists()
+
+    # Crash mid-SFT (after step 3, whose checkpoint does not exist: the last one is step 2), then resume.
+    crashed = config(tmp_path, "crashed")
+    original = trainer.build_callbacks
+    monkeypatch.setattr(trainer, "build_callbacks", lambda cfg, run_dir: CallbackList(
+        [CrashAt("sft", 3), *original(cfg, run_dir)]))
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train(crashed)
+    monkeypatch.setattr(trainer, "build_callbacks", original)
+    trainer.train(crashed, resume=True)
+    resumed = {(r["phase"], r["step"]): r for r in rows(tmp_path / "crashed")}
+    for step in (3, 4):
+        assert resumed[("sft", step)]["sft_loss"] == pytest.approx(
+            next(r for r in sft if r["step"] == step)["sft_loss"], abs=1e-4)
+    assert ("grpo", 2) in resumed
