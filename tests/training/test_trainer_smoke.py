@@ -10,10 +10,11 @@ from mcprl.training import trainer
 from mcprl.training.callbacks import Callback, CallbackList
 from mcprl.training.config import load_train_config
 
-SMOKE = ["data.generate.n_train=12", "data.generate.n_eval=2", "sft.max_steps=4", "sft.batch_size=2",
-         "sft.save_every=2", "sft.warmup_steps=1", "algo.steps=2", "algo.prompts_per_step=2", "algo.group_size=2",
-         "algo.micro_batch_size=4", "algo.save_every=1", "rollout.max_new_tokens=48", "rollout.max_turns=3",
-         "eval.max_tasks=2", "logging.wandb.enabled=false", "logging.console_every=0", "model.threads=2"]
+SMOKE = ["data.generate.n_train=8", "data.generate.n_eval=1", "sft.max_steps=4", "sft.batch_size=2",
+         "sft.save_every=2", "sft.warmup_steps=1", "sft.max_seconds=null", "sft.max_seq_len=512", "algo.steps=2",
+         "algo.prompts_per_step=2", "algo.group_size=2", "algo.micro_batch_size=4", "algo.save_every=1",
+         "rollout.max_new_tokens=24", "rollout.max_turns=2", "eval.max_tasks=1", "logging.wandb.enabled=false",
+         "logging.console_every=0", "model.threads=2"]
 
 
 def config(tmp_path, name, *extra):
@@ -53,16 +54,16 @@ def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch):
     assert (run / "report" / "report.html").exists()
 
     # Crash mid-SFT (after step 3, whose checkpoint does not exist: the last one is step 2), then resume.
-    crashed = config(tmp_path, "crashed")
+    crashed = config(tmp_path, "crashed", "eval.before=false", "eval.after_sft=false", "eval.after_grpo=false")
     original = trainer.build_callbacks
     monkeypatch.setattr(trainer, "build_callbacks", lambda cfg, run_dir: CallbackList(
         [CrashAt("sft", 3), *original(cfg, run_dir)]))
     with pytest.raises(KeyboardInterrupt):
-        trainer.train(crashed)
+        trainer.train(crashed, sft_only=True)
     monkeypatch.setattr(trainer, "build_callbacks", original)
-    trainer.train(crashed, resume=True)
+    trainer.train(crashed, resume=True, sft_only=True)
     resumed = {(r["phase"], r["step"]): r for r in rows(tmp_path / "crashed")}
+    assert [k for k in resumed if k[0] == "sft"] == [("sft", 1), ("sft", 2), ("sft", 3), ("sft", 4)]
     for step in (3, 4):
         assert resumed[("sft", step)]["sft_loss"] == pytest.approx(
             next(r for r in sft if r["step"] == step)["sft_loss"], abs=1e-4)
-    assert ("grpo", 2) in resumed
