@@ -201,7 +201,8 @@ def test_describe_says_what_would_run(tmp_path, monkeypatch):
     monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(False))
     train = tmp_path / "train.jsonl"
     train.write_text("{}\n")
-    text = describe(load(f"data.train={train}", "run.output_dir=runs/x", "algo.steps=7"))
+    missing = tmp_path / "quickstart_test.jsonl"
+    text = describe(load(f"data.train={train}", f"data.eval={missing}", "run.output_dir=runs/x", "algo.steps=7"))
     assert "finetune:   lora (r=16" in text
     assert "rollout:    hf (auto: vllm is not installed)" in text
     assert "model:      smollm2-135m" in text

@@ -104,7 +104,7 @@ def test_prepare_writes_parquet_that_skyrls_dataset_and_the_env_read_back(tmp_pa
     assert len(read_samples(p.eval_data)) == 4
     skyrl = build_skyrl_config(p.overrides)
     assert skyrl.data.train_data == [str(p.train_data)] and skyrl.trainer.eval_batch_size == 4
-    assert skyrl.trainer.epochs == 20  # 20 steps, 10 tasks / 8 per step -> 1 step per epoch
+    assert skyrl.trainer.epochs == 2  # 5 steps, 10 tasks / 3 per step -> 3 steps per epoch
     assert skyrl.environment.skyrl_gym.mcp_tool_env["servers_config"] == str(Path("servers.yaml").resolve())
 
     from skyrl.train.dataset import PromptDataset
@@ -128,7 +128,7 @@ class CharTokenizer:
     (["sft.enabled=true"], "sft.enabled=true: SkyRL's trainer runs GRPO only"),
     (["rollout.backend=hf"], "SkyRL's trainer generates with vLLM only"),
     (["algo.prompts_per_step=500"], "data.train has 400 tasks, fewer than algo.prompts_per_step=500"),
-    (["algo.micro_batch_size=5"], "SkyRL rejects the configuration: normalized policy_mini_batch_size_per_gpu 32 "
+    (["algo.micro_batch_size=5"], "SkyRL rejects the configuration: normalized policy_mini_batch_size_per_gpu 12 "
                                   "should be divisible by micro_train_batch_size_per_gpu 5"),
     (["skyrl.num_inference_engines=2"], "must be the same when colocating all models"),
     (["skyrl.overrides=[trainer.no_such_key=1]"], "SkyRL rejects the configuration: Invalid fields {'no_such_key'}"),
