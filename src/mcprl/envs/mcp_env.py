@@ -18,7 +18,7 @@ from mcprl.data.prompting import call_example, tool_response
 from mcprl.envs.config import EnvConfig
 from mcprl.envs.parsing import ParsedAction, parse_action
 from mcprl.envs.tool_group import GROUP_NAME, MCPToolGroup
-from mcprl.rewards.heuristic import HeuristicWeights, RewardState, names_match, reward_heuristic
+from mcprl.rewards.heuristic import HeuristicWeights, RewardState, episode_end, names_match, reward_heuristic
 from mcprl.tools.config import ServersConfig, load_servers_config
 from mcprl.tools.sync import shared_tool_manager
 
@@ -104,6 +104,8 @@ class MCPToolEnv(BaseTextEnv):
         self.episode_reward += reward["total_reward"]
         done = (parsed.kind == "answer" or (self.success and self.cfg.done_on_success)
                 or self.turns >= self.max_turns)
+        if done and parsed.kind != "answer" and not self.success and self.cfg.reward_backend == "heuristic":
+            reward = _add(reward, episode_end(self.gt, self.reward_state, self.weights))
         self.trace.append({"action": action, "kind": parsed.kind, "tool": parsed.name, "arguments": parsed.arguments,
                            "result": None if result is None else {k: result.get(k) for k in ("ok", "error", "error_type")},
                            "reward": reward["total_reward"], "answer_correct": _answer_correct(parsed, reward)})
@@ -178,6 +180,13 @@ class MCPToolEnv(BaseTextEnv):
             "answered": sum(bool(m.get("answered")) for m in metrics) / n,
             "success": sum(bool(m.get("success")) for m in metrics) / n,
         }
+
+
+def _add(step: dict[str, Any], terminal: dict[str, Any]) -> dict[str, Any]:
+    """A step's reward plus the terminal one, still within [-1, 1]."""
+    total = max(-1.0, min(1.0, step["total_reward"] + terminal["total_reward"]))
+    return {"total_reward": total, "components": {**step["components"], **terminal["components"]},
+            "task_complete": step["task_complete"] or terminal["task_complete"]}
 
 
 def _answer_correct(parsed: ParsedAction, reward: dict[str, Any]) -> bool | None:

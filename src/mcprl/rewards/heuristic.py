@@ -22,7 +22,7 @@ from mcprl.envs.parsing import ParsedAction, canonical_json, parse_action
 from mcprl.rewards.answers import ABS_TOL, REL_TOL, answer_matches
 
 STEP_MIN, STEP_MAX = -1.0, 1.0
-OUTCOME_COMPONENTS = frozenset({"solved", "wrong_answer", "ungrounded_answer", "premature_answer"})
+OUTCOME_COMPONENTS = frozenset({"solved", "wrong_answer", "ungrounded_answer", "premature_answer", "unanswered"})
 _REWARDS = (
     "tool_allowed", "first_call", "sequence_step", "tool_ok", "solved",
     "shaping_cap", "penalty_cap", "rel_tol", "abs_tol",
@@ -30,6 +30,7 @@ _REWARDS = (
 _PENALTIES = (
     "malformed", "unknown_tool", "disallowed_tool", "timeout", "invalid_arguments", "tool_error",
     "server_error", "repeated_call", "no_action", "wrong_answer", "premature_answer", "ungrounded_answer",
+    "unanswered",
 )  # fmt: skip
 _ERROR_TYPES = ("invalid_arguments", "unknown_tool", "timeout", "server_error", "tool_error")
 
@@ -54,6 +55,7 @@ class HeuristicWeights:
     solved: float = 1.0  # correct answer, or (answer-free task) every tool_sequence step done
     wrong_answer: float = -0.3  # an answer that does not match gt["answer"]
     premature_answer: float = -0.3  # an answer to an answer-free task before its steps are done
+    unanswered: float = -0.3  # the episode ended (max turns) without the answer it needed: no better than a guess
     ungrounded_answer: float = 0.0  # a correct answer before the required tools were called ok
     shaping_cap: float = 0.5  # most positive shaping an episode can earn
     penalty_cap: float = 0.4  # most negative shaping an episode can accumulate
@@ -210,6 +212,14 @@ def settle(components: dict[str, float], state: RewardState, weights: HeuristicW
         parts["clip"] = total - raw
     state.episode_return += total
     return {"total_reward": total, "components": parts, "task_complete": state.solved}
+
+
+def episode_end(gt: dict[str, Any], state: RewardState, weights: HeuristicWeights = HeuristicWeights()) -> dict[str, Any]:
+    """Terminal reward when an episode is cut off (max turns) unsolved: without it, a policy that keeps
+    calling tools and never answers keeps its shaping and out-earns one that answers and is wrong."""
+    needs_answer = gt.get("answer") is not None or bool(_success(gt).get("answer_required"))
+    parts = {"unanswered": weights.unanswered} if needs_answer and not state.solved else {}
+    return settle(parts, state, weights)
 
 
 def names_match(called: str, expected: str | None, server: str | None = None) -> bool:

@@ -228,6 +228,7 @@ class ConsoleCallback(Callback):
     def on_step(self, step: int, metrics: dict[str, Any]) -> None:
         now = time.monotonic()
         seconds, self._last = now - self._last, now
+        seconds = to_number(metrics.get("time_s")) or seconds  # the step's own time, not evals in between
         if step % self.every == 0:
             self.console.print(self.format_line(step, metrics, seconds), soft_wrap=True)
 
