@@ -53,7 +53,9 @@ def datasets(tmp_path):
 
 
 def quickstart(tmp_path, *overrides):
-    return load_train_config(QUICKSTART, ["sft.enabled=false", f"run.output_dir={tmp_path / 'run'}", *overrides])
+    return load_train_config(QUICKSTART, ["sft.enabled=false", f"run.output_dir={tmp_path / 'run'}",
+                                          f"data.train={tmp_path / 'train.jsonl'}", f"data.eval={tmp_path / 'test.jsonl'}",
+                                          *overrides])
 
 
 def test_cluster_dry_run_builds_and_validates_skyrls_own_config():
@@ -127,7 +129,7 @@ class CharTokenizer:
 @pytest.mark.parametrize(("overrides", "expected"), [
     (["sft.enabled=true"], "sft.enabled=true: SkyRL's trainer runs GRPO only"),
     (["rollout.backend=hf"], "SkyRL's trainer generates with vLLM only"),
-    (["algo.prompts_per_step=500"], "data.train has 400 tasks, fewer than algo.prompts_per_step=500"),
+    (["algo.prompts_per_step=500"], "data.train has 300 tasks, fewer than algo.prompts_per_step=500"),
     (["algo.micro_batch_size=5"], "SkyRL rejects the configuration: normalized policy_mini_batch_size_per_gpu 12 "
                                   "should be divisible by micro_train_batch_size_per_gpu 5"),
     (["skyrl.num_inference_engines=2"], "must be the same when colocating all models"),

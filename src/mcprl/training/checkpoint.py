@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 STATE_FILE = "trainer_state.json"
+WARM_START = "step_grpo_0"  # the SFT result: never pruned, so GRPO can be re-run from it
 
 
 @dataclass
@@ -65,7 +66,8 @@ def save_checkpoint(run_dir: Path, state: TrainState, model: PreTrainedModel, to
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
     (root / "latest").write_text(path.name)
-    older = sorted((p for p in root.glob("step_*") if p != path), key=lambda p: p.stat().st_mtime)
+    older = sorted((p for p in root.glob("step_*") if p not in (path, root / WARM_START)),
+                   key=lambda p: p.stat().st_mtime)
     for old in older[:max(0, len(older) - (keep - 1))]:
         shutil.rmtree(old, ignore_errors=True)
     return path
