@@ -15,7 +15,7 @@ returns more than any unsolved one (checked when `HeuristicWeights` is built).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from mcprl.envs.parsing import ParsedAction, canonical_json, parse_action
