@@ -6,7 +6,7 @@ STAMP := $(VENV)/.deps-stamp
 PIP := $(BIN)/pip -q --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: venv deps train test test-all skyrl smoke-vllm vllm-cpu browser health bench clean
+.PHONY: venv deps train test test-all skyrl smoke-vllm vllm-cpu browser health bench bench-trl clean
 
 venv: $(BIN)/python
 $(BIN)/python:
@@ -58,6 +58,14 @@ browser:
 bench: deps
 	$(BIN)/python bench/tool_latency.py
 	$(BIN)/python bench/rollout_throughput.py
+
+# The peer for bench/train_step.py: TRL 1.16 needs a newer transformers than SkyRL 0.3.0, so its own venv.
+bench-trl: deps
+	test -x .venv-trl/bin/python || $(PY) -m venv .venv-trl
+	.venv-trl/bin/pip install -q torch==2.13.0 -c constraints.txt
+	.venv-trl/bin/pip install -q -c constraints.txt 'trl==1.16.*' peft accelerate datasets gguf
+	.venv-trl/bin/pip install -q --no-deps -e .
+	$(BIN)/python bench/train_step.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build dist src/*.egg-info runs/.tmp
