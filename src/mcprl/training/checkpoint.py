@@ -105,4 +105,8 @@ def load_checkpoint(path: Path, model: PreTrainedModel, optimizer: torch.optim.O
     if scheduler is not None and extra["scheduler"] is not None:
         scheduler.load_state_dict(extra["scheduler"])
     set_rng_state(extra["rng"], generators)
+    return read_state(path)
+
+
+def read_state(path: Path) -> TrainState:
     return TrainState(**json.loads((Path(path) / STATE_FILE).read_text()))

@@ -20,9 +20,10 @@ from rich.progress import Progress
 
 from mcprl.data.rules import generate
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
+from mcprl.envs.mcp_env import MCPToolEnv
 from mcprl.training import grpo
 from mcprl.training.callbacks import CallbackList, build_callbacks
-from mcprl.training.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
+from mcprl.training.checkpoint import TrainState, latest_checkpoint, load_checkpoint, read_state, save_checkpoint
 from mcprl.training.config import TrainConfig
 from mcprl.training.policy import Policy, build_policy
 from mcprl.training.sft import batches, load_experts, sft_step, tokenize_conversation
@@ -135,15 +136,12 @@ def rollout_metrics(result: Any, group_size: int) -> dict[str, float]:
     rewards = np.array([t["reward"] for t in result.trajectories])
     groups = rewards.reshape(-1, group_size)
     variances = groups.var(axis=1)
-    env = [m or {} for m in (result.output.get("env_metrics") or [])]
-    calls = sum(m.get("tool_calls", 0) for m in env)
-    turns = max(sum(m.get("turns", 0) for m in env), 1)
+    env = MCPToolEnv.aggregate_metrics([m or {} for m in (result.output.get("env_metrics") or [])])
     return {"reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
             "success_rate": float(np.mean([t["success"] for t in result.trajectories])),
-            "tool_success_rate": sum(m.get("tool_ok", 0) for m in env) / max(calls, 1),
-            "tool_timeout_rate": sum(m.get("tool_timeouts", 0) for m in env) / max(calls, 1),
-            "malformed_rate": sum(m.get("malformed", 0) for m in env) / turns,
-            "episode_len": turns / max(len(env), 1), "frac_prompts_with_signal": float((variances > 1e-8).mean()),
+            "tool_success_rate": env.get("tool_success_rate", 0.0), "tool_timeout_rate": env.get("tool_timeout_rate", 0.0),
+            "malformed_rate": env.get("malformed_rate", 0.0),
+            "episode_len": env.get("turns", 0.0), "frac_prompts_with_signal": float((variances > 1e-8).mean()),
             "reward_var_per_prompt_mean": float(variances.mean())}
 
 
@@ -211,7 +209,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, sft_only: bool = False) -> 
     checkpoint = latest_checkpoint(run_dir) if resume else None
     state = TrainState(phase="sft" if cfg.sft.enabled else "grpo")
     if checkpoint is not None:
-        state = TrainState(**json.loads((checkpoint / "trainer_state.json").read_text()))
+        state = read_state(checkpoint)
         console.print(f"resuming from {checkpoint} ({state.phase} step {state.tag})")
     callbacks = build_callbacks(cfg, run_dir)
     callbacks.on_train_start(cfg, run_dir)
