@@ -261,8 +261,22 @@ def test_cli_embedded_engine_calls_the_trainer_with_the_flags(monkeypatch):
                                          "-o", "algo.lr=5e-5"])
     assert result.exit_code == 0, result.output
     (cfg, kwargs), = calls
-    assert kwargs == {"resume": True, "sft_only": True}
+    assert kwargs == {"resume": True, "resume_from": None, "sft_only": True}
     assert cfg.algo.lr == pytest.approx(5e-5)
+
+
+def test_cli_resume_from_takes_a_checkpoint_dir_and_refuses_anything_else(monkeypatch, tmp_path):
+    calls = []
+    trainer = types.ModuleType("mcprl.training.trainer")
+    trainer.train = lambda cfg, **kwargs: calls.append(kwargs)
+    monkeypatch.setitem(sys.modules, "mcprl.training.trainer", trainer)
+    monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(False))
+    result = CliRunner().invoke(_app(), ["train", "-c", str(QUICKSTART), "--resume-from", str(tmp_path)])
+    assert result.exit_code == 2 and "not a checkpoint directory" in result.output and not calls
+    (tmp_path / "trainer_state.json").write_text("{}")
+    result = CliRunner().invoke(_app(), ["train", "-c", str(QUICKSTART), "--resume-from", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert calls == [{"resume": False, "resume_from": tmp_path, "sft_only": False}]
 
 
 def test_cli_embedded_engine_refuses_an_impossible_backend_before_training(monkeypatch):

@@ -81,6 +81,16 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return path if path.exists() else None
 
 
+def checked_checkpoint(path: Path) -> Path:
+    """A checkpoint directory given by a user, or a ConfigError naming what is wrong with it."""
+    from mcprl.training.config import ConfigError
+
+    if not (Path(path) / STATE_FILE).is_file():
+        raise ConfigError(f"--resume-from {path}: not a checkpoint directory (no {STATE_FILE}); "
+                          "checkpoints live in RUN_DIR/checkpoints/step_<phase>_<N>")
+    return Path(path)
+
+
 def load_weights(path: Path, model: PreTrainedModel) -> None:
     """Load a checkpoint's weights into `model` in place (adapter into a PEFT model, else full weights)."""
     weights = Path(path) / "model"

@@ -33,6 +33,9 @@ def train_command(
                                            "skyrl: SkyRL's Ray/FSDP/vLLM trainer (GPUs).")] = Engine.embedded,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would run and exit; loads no model.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the run's latest checkpoint.")] = False,
+    resume_from: Annotated[Path | None, typer.Option(
+        "--resume-from", help="Continue from this checkpoint directory, e.g. RUN_DIR/checkpoints/step_grpo_0 "
+        "(the warm start) to rerun GRPO (embedded engine).")] = None,
     sft_only: Annotated[bool, typer.Option("--sft-only", help="Stop after SFT (embedded engine).")] = False,
     override: Annotated[list[str] | None, typer.Option("--override", "-o", help="section.key=value, repeatable, "
                                                        "e.g. -o algo.lr=1e-5 -o rollout.max_turns=3.")] = None,
@@ -41,9 +44,11 @@ def train_command(
     try:
         cfg = load_train_config(config, override or [])
         if engine is Engine.skyrl:
+            if resume_from is not None:
+                raise ConfigError("--resume-from: SkyRL's trainer resumes from its own latest checkpoint; use --resume")
             _run_skyrl(cfg, dry_run=dry_run, resume=resume, sft_only=sft_only)
         else:
-            _run_embedded(cfg, dry_run=dry_run, resume=resume, sft_only=sft_only)
+            _run_embedded(cfg, dry_run=dry_run, resume=resume, resume_from=resume_from, sft_only=sft_only)
     except ConfigError as err:
         _err.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)
         raise typer.Exit(2) from None
@@ -52,14 +57,18 @@ def train_command(
         raise typer.Exit(1) from None
 
 
-def _run_embedded(cfg: TrainConfig, *, dry_run: bool, resume: bool, sft_only: bool) -> None:
+def _run_embedded(cfg: TrainConfig, *, dry_run: bool, resume: bool, resume_from: Path | None, sft_only: bool) -> None:
     if dry_run:
         _out.print(describe(cfg, "embedded"), markup=False, soft_wrap=True)
         return
     resolve_rollout_backend(cfg)  # an impossible backend fails before any model loads
+    if resume_from is not None:
+        from mcprl.training.checkpoint import checked_checkpoint
+
+        resume_from = checked_checkpoint(resume_from)
     from mcprl.training.trainer import train
 
-    train(cfg, resume=resume, sft_only=sft_only)
+    train(cfg, resume=resume, resume_from=resume_from, sft_only=sft_only)
 
 
 def _run_skyrl(cfg: TrainConfig, *, dry_run: bool, resume: bool, sft_only: bool) -> None:

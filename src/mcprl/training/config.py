@@ -67,6 +67,9 @@ class LoraConfig:
     target_modules: list[str] = opt(
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         "Module names that get adapters; [all-linear] means every linear layer.")
+    top_layers: int | None = opt(
+        10, "Adapters on the top N transformer layers only (null: every layer). Backward stops below the "
+              "lowest adapter, so a step costs less: 1.7x faster and half the memory at N=10 of 30 on a 2-core CPU.")
 
 
 @dataclass
@@ -104,12 +107,12 @@ class DataConfig:
 class SFTConfig:
     enabled: bool = opt(True, "Run supervised fine-tuning on the expert demonstrations before GRPO.")
     epochs: float = opt(1.0, "Passes over the demonstrations (fractions allowed).")
-    max_steps: int | None = opt(None, "Stop after this many optimizer steps (overrides epochs).")
+    max_steps: int | None = opt(60, "Stop after this many optimizer steps (overrides epochs).")
     lr: float = opt(5e-4, "Learning rate.")
     batch_size: int = opt(4, "Demonstrations per optimizer step.")
     max_seq_len: int = opt(1024, "Longer demonstrations are truncated to this many tokens.")
     warmup_steps: int = opt(3, "Linear warm-up steps.")
-    max_seconds: float | None = opt(360.0, "Stop SFT after this many training seconds (for time-matched baselines).")
+    max_seconds: float | None = opt(600.0, "Stop SFT after this many training seconds (a cap on slow machines; time-matched baselines).")
     save_every: int = opt(0, "Checkpoint every N SFT steps (0: only when the phase ends).")
 
 
@@ -122,7 +125,7 @@ class AlgoConfig:
         "token_mean", "How per-token losses are averaged.")
     group_size: int = opt(4, "Rollouts per prompt; advantages compare the rollouts of one prompt.")
     prompts_per_step: int = opt(3, "Prompts per GRPO step (the batch is prompts_per_step * group_size rollouts).")
-    steps: int = opt(5, "GRPO steps.")
+    steps: int = opt(6, "GRPO steps.")
     epochs: int = opt(1, "PPO epochs over each step's batch.")
     micro_batch_size: int = opt(4, "Rollouts per forward/backward pass (gradients accumulate).")
     lr: float = opt(1e-4, "Learning rate.")
@@ -500,6 +503,8 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
         (cfg.finetune.mode == "full" or lora.r >= 1, f"finetune.lora.r must be >= 1 for mode lora, got {lora.r}"),
         (cfg.finetune.mode == "full" or lora.alpha > 0, f"finetune.lora.alpha must be > 0, got {lora.alpha}"),
         (0.0 <= lora.dropout < 1.0, f"finetune.lora.dropout must be in [0, 1), got {lora.dropout}"),
+        (lora.top_layers is None or lora.top_layers >= 1,
+         f"finetune.lora.top_layers must be >= 1 or null, got {lora.top_layers}"),
         (cfg.finetune.mode == "full" or bool(lora.target_modules),
          "finetune.lora.target_modules is empty; list module names or use [all-linear]"),
         *((Path(path).suffix.lstrip(".") in DATA_FORMATS,

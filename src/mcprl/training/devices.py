@@ -7,6 +7,9 @@ is emulated and slower than fp32. One intra-op thread is the default because two
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 from pathlib import Path
 
 import torch
@@ -40,3 +43,23 @@ def pick_dtype(device: torch.device | str) -> torch.dtype:
 def configure_threads(n: int = 1) -> None:
     """Set torch's intra-op threads (1 by default: the other core serves MCP servers and envs)."""
     torch.set_num_threads(n)
+
+
+def release_memory() -> None:
+    """Hand freed heap back to the OS between steps. glibc keeps what a step's activations freed,
+    fragmented by variable-length batches, so without this a run's RSS creeps up by GBs per phase
+    (measured: 1 GB -> 8.5 GB over 3 SFT steps; 0.96 GB flat with a trim after each)."""
+    gc.collect()
+    libc = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(libc), "malloc_trim", None) if libc else None
+    if trim is not None:
+        trim(0)
+
+
+def rss_gb() -> float:
+    """Resident memory of this process (0 where /proc is missing)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except OSError:
+        return 0.0
+    return pages * 4096 / 2**30

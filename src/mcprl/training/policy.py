@@ -41,8 +41,16 @@ def wrap_for_finetune(model: PreTrainedModel, finetune: FinetuneConfig) -> PreTr
         return model
     lora = finetune.lora
     targets: Any = "all-linear" if lora.target_modules == ["all-linear"] else list(lora.target_modules)
+    exclude = lora_excluded_layers(model.config.num_hidden_layers, lora.top_layers)
     return get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                                            target_modules=targets, task_type="CAUSAL_LM"))
+                                            target_modules=targets, exclude_modules=exclude, task_type="CAUSAL_LM"))
+
+
+def lora_excluded_layers(num_layers: int, top_layers: int | None) -> str | None:
+    """peft's (and so SkyRL's) `exclude_modules` regex for every layer below the top `top_layers`."""
+    if top_layers is None or top_layers >= num_layers:
+        return None
+    return rf".*\.layers\.({'|'.join(str(i) for i in range(num_layers - top_layers))})\..*"
 
 
 def load_policy_weights(name_or_checkpoint: str, device: str = "auto") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

@@ -193,13 +193,15 @@ def _trainer_overrides(cfg: TrainConfig, work: Path, *, n_train: int, n_eval: in
     lora_on = cfg.finetune.mode == "lora"
     steps_per_epoch = n_train // a.prompts_per_step
     kl_on = a.kl_coef > 0
+    model_path = _model_path(cfg.model.name, prepare)
     values: dict[str, Any] = {
-        "trainer.policy.model.path": _model_path(cfg.model.name, prepare),
+        "trainer.policy.model.path": model_path,
         "trainer.policy.model.lora.rank": lora.r if lora_on else 0,
         "trainer.policy.model.lora.alpha": lora.alpha,
         "trainer.policy.model.lora.dropout": lora.dropout,
         "trainer.policy.model.lora.target_modules":
             lora.target_modules[0] if lora.target_modules == ["all-linear"] else lora.target_modules,
+        "trainer.policy.model.lora.exclude_modules": _lora_exclude(model_path, lora.top_layers) if lora_on else None,
         "trainer.policy.model.lora.lora_sync_path": str(work / "lora_sync"),
         "trainer.policy.optimizer_config.lr": a.lr,
         "trainer.policy.optimizer_config.weight_decay": a.weight_decay,
@@ -296,6 +298,22 @@ def _model_path(name: str, prepare: bool) -> str:
     if path.exists() or name.startswith((".", "/", "~")):
         return str(path.resolve())
     return name
+
+
+def _lora_exclude(model_path: str, top_layers: int | None) -> str | None:
+    """`finetune.lora.top_layers` as SkyRL's `exclude_modules` (it has no layer selection of its own)."""
+    if top_layers is None:
+        return None
+    from transformers import AutoConfig
+
+    from mcprl.training.policy import lora_excluded_layers
+
+    try:
+        depth = AutoConfig.from_pretrained(model_path, local_files_only=True).num_hidden_layers
+    except OSError as exc:
+        raise ConfigError(f"finetune.lora.top_layers needs the model's config.json locally to count its layers "
+                          f"({model_path}: {exc}); fetch the model once or set top_layers: null") from exc
+    return lora_excluded_layers(depth, top_layers)
 
 
 def _missing_runtime() -> str | None:

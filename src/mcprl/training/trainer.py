@@ -23,8 +23,15 @@ from mcprl.data.sample import SkyRLSample, read_samples, write_samples
 from mcprl.envs.mcp_env import MCPToolEnv
 from mcprl.training import grpo
 from mcprl.training.callbacks import CallbackList, build_callbacks
-from mcprl.training.checkpoint import TrainState, latest_checkpoint, load_checkpoint, read_state, save_checkpoint
+from mcprl.training.checkpoint import (
+    TrainState,
+    latest_checkpoint,
+    load_checkpoint,
+    read_state,
+    save_checkpoint,
+)
 from mcprl.training.config import TrainConfig
+from mcprl.training.devices import release_memory, rss_gb
 from mcprl.training.policy import Policy, build_policy
 from mcprl.training.sft import batches, load_experts, sft_step, tokenize_conversation
 
@@ -121,13 +128,15 @@ def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, state: TrainSt
             opt.zero_grad(set_to_none=True)
             state.sft_step += 1
             callbacks.on_step(state.sft_step, {"phase": "sft", "time_s": time.perf_counter() - t0, **metrics,
-                                               "grad_norm": float(grad_norm), "lr": sched.get_last_lr()[0]})
+                                               "grad_norm": float(grad_norm), "lr": sched.get_last_lr()[0],
+                                               "rss_gb": rss_gb()})
             bar.advance(job)
             if cfg.sft.save_every and state.sft_step % cfg.sft.save_every == 0:
                 state.elapsed_s = clock.total
                 callbacks.on_checkpoint(state.sft_step, save_checkpoint(run_dir, state, policy.model, policy.tokenizer,
                                                                         opt, sched, generators))
     policy.engine.sync_weights()
+    release_memory()
 
 
 # ----------------------------------------------------------------------------------------------- GRPO
@@ -170,10 +179,11 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
             metrics = grpo.update(policy.model, batch, config, algo, opt, sched, pad_id=policy.pad_id,
                                   temperature=cfg.rollout.temperature, bf16=policy.bf16)
             policy.engine.sync_weights()
+            release_memory()
             state.grpo_step += 1
             callbacks.on_step(state.grpo_step, {"phase": "grpo", "time_s": time.perf_counter() - t0,
                                                 "rollout_s": t_rollout, **rollout_metrics(result, algo.group_size),
-                                                **metrics})
+                                                **metrics, "rss_gb": rss_gb()})
             bar.advance(job)
             if algo.save_every and state.grpo_step % algo.save_every == 0:
                 state.elapsed_s = clock.total
@@ -198,7 +208,8 @@ class Clock:
         return limit is not None and self.total >= limit
 
 
-def train(cfg: TrainConfig, *, resume: bool = False, sft_only: bool = False) -> dict[str, Any]:
+def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = None,
+          sft_only: bool = False) -> dict[str, Any]:
     run_dir = Path(cfg.run.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     random.seed(cfg.run.seed)
@@ -206,7 +217,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, sft_only: bool = False) -> 
     torch.manual_seed(cfg.run.seed)
     train_tasks, eval_tasks, experts_path = prepare_data(cfg)
     policy = build_policy(cfg)
-    checkpoint = latest_checkpoint(run_dir) if resume else None
+    checkpoint = resume_from or (latest_checkpoint(run_dir) if resume else None)
     state = TrainState(phase="sft" if cfg.sft.enabled else "grpo")
     if checkpoint is not None:
         state = read_state(checkpoint)
