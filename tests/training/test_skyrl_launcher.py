@@ -221,3 +221,15 @@ def test_env_settings_reach_skyrls_env_config(tmp_path):
                                                "rollout.tool_retries=0")).overrides)
     env = EnvConfig.from_any(skyrl.environment.skyrl_gym.mcp_tool_env)
     assert env.tool_allowlist == ["get_quote"] and env.tool_retries == 0
+
+
+def test_lora_top_layers_maps_to_skyrls_exclude_modules(tmp_path):
+    every = build_skyrl_config(plan(quickstart(tmp_path)).overrides)
+    assert every.trainer.policy.model.lora.exclude_modules is None
+    top = build_skyrl_config(plan(quickstart(tmp_path, "finetune.lora.top_layers=2")).overrides)
+    pattern = top.trainer.policy.model.lora.exclude_modules
+    import re
+
+    assert re.fullmatch(pattern, "model.layers.27.self_attn.q_proj")
+    assert not re.fullmatch(pattern, "model.layers.28.self_attn.q_proj")
+    assert not re.fullmatch(pattern, "model.layers.29.mlp.down_proj")

@@ -69,7 +69,8 @@ class LoraConfig:
         "Module names that get adapters; [all-linear] means every linear layer.")
     top_layers: int | None = opt(
         None, "Adapters on the top N transformer layers only (null: every layer). Backward stops below the "
-              "lowest adapter, so a step costs less: 1.7x faster and half the memory at N=10 of 30 on a 2-core CPU, but see docs/benchmarks.md on what it learns.")
+              "lowest adapter: 1.7x faster steps and half the memory at N=10 of 30 on a 2-core CPU, but it "
+              "learned less (docs/benchmarks.md).")
 
 
 @dataclass
@@ -128,7 +129,8 @@ class AlgoConfig:
     steps: int = opt(5, "GRPO steps.")
     epochs: int = opt(1, "PPO epochs over each step's batch.")
     micro_batch_size: int = opt(4, "Rollouts per forward/backward pass (gradients accumulate).")
-    lr: float = opt(3e-4, "Learning rate (LoRA on a 135M model over a handful of steps; lower it for full fine-tuning or long runs).")
+    lr: float = opt(3e-4, "Learning rate (LoRA on a 135M model for a handful of steps; lower for full "
+                          "fine-tuning or long runs).")
     weight_decay: float = opt(0.0, "AdamW weight decay.")
     grad_clip: float = opt(1.0, "Max gradient norm.")
     eps_clip_low: float = opt(0.2, "PPO ratio clip below 1 - eps_clip_low.")
@@ -678,10 +680,13 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
         backend, why = "vllm", "SkyRL's trainer always generates with vLLM"
     else:
         backend, why = rollout_backend_choice(cfg)
-    finetune = (f"lora (r={ft.lora.r}, alpha={ft.lora.alpha}, modules={','.join(ft.lora.target_modules)})"
+    layers = "every layer" if ft.lora.top_layers is None else f"top {ft.lora.top_layers} layers"
+    finetune = (f"lora (r={ft.lora.r}, alpha={ft.lora.alpha}, modules={','.join(ft.lora.target_modules)}, {layers})"
                 if ft.mode == "lora" else "full (every weight)")
     kl = "off" if a.kl_coef == 0 else f"{a.kl_coef} ({'loss' if a.use_kl_loss else 'in reward'}, {a.kl_estimator})"
-    sft = (f"on: {cfg.sft.epochs} epoch(s), lr {cfg.sft.lr}, batch {cfg.sft.batch_size}, "
+    length = f"{cfg.sft.max_steps} steps" if cfg.sft.max_steps else f"{cfg.sft.epochs} epoch(s)"
+    cap = f" (cap {cfg.sft.max_seconds:g} s)" if cfg.sft.max_seconds else ""
+    sft = (f"on: {length}{cap}, lr {cfg.sft.lr}, batch {cfg.sft.batch_size}, "
            f"demos {_exists(cfg.data.experts_path())}") if cfg.sft.enabled else "off"
     wandb = _wandb_line(cfg.logging.wandb)
     lines = [

@@ -1,0 +1,42 @@
+"""LoRA placement: adapters on the top layers only, and backward that stops below them."""
+
+import re
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from mcprl.training.config import FinetuneConfig, LoraConfig
+from mcprl.training.policy import lora_excluded_layers, wrap_for_finetune
+
+
+def _tiny() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=6,
+                                        num_attention_heads=4, num_key_value_heads=2))
+
+
+def test_excluded_layer_pattern_covers_exactly_the_lower_layers():
+    pattern = lora_excluded_layers(12, 4)
+    assert all(re.fullmatch(pattern, f"model.layers.{i}.mlp.up_proj") for i in range(8))
+    assert not any(re.fullmatch(pattern, f"model.layers.{i}.mlp.up_proj") for i in range(8, 12))
+    assert not re.fullmatch(pattern, "model.layers.1x.mlp.up_proj")
+    assert lora_excluded_layers(12, None) is None and lora_excluded_layers(12, 12) is None
+
+
+def test_top_layers_adapts_only_the_top_and_backward_leaves_the_rest_untouched():
+    model = wrap_for_finetune(_tiny(), FinetuneConfig(lora=LoraConfig(r=4, alpha=8, top_layers=2,
+                                                                      target_modules=["q_proj", "down_proj"])))
+    adapted = {int(m.group(1)) for name, _ in model.named_parameters() if "lora_" in name
+               for m in [re.search(r"layers\.(\d+)\.", name)]}
+    assert adapted == {4, 5}
+    seen = []
+    for i, layer in enumerate(model.get_base_model().model.layers):
+        layer.register_full_backward_hook(lambda module, grad_in, grad_out, i=i: seen.append(i))
+    ids = torch.randint(0, 64, (2, 8))
+    with torch.no_grad():  # LoRA B starts at zero: nudge it so the adapters matter
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert sorted(set(seen)) == [4, 5]  # no gradient flows below the lowest adapter
+    assert all(p.grad is not None for name, p in model.named_parameters() if "lora_" in name)
