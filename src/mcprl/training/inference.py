@@ -1,10 +1,11 @@
 """In-process batched inference for SkyRL's `SkyRLGymGenerator`, on a transformers (or PEFT) model.
 
 SkyRL runs one coroutine per trajectory and calls `client.generate(...)` with one prompt each.
-`HFInferenceEngine` queues those calls, gathers the ones that arrive together into one batch per
-sampling configuration, and decodes that batch with a KV cache on a single worker thread, so the
-event loop stays free for environment steps. `generate_batch` is the synchronous core, also used
-directly by evaluation and the benchmark.
+`BatchingEngine` queues those calls, gathers the ones that arrive together into one batch per
+sampling configuration, and generates that batch on a single worker thread, so the event loop stays
+free for environment steps. `HFInferenceEngine` decodes the batch with a KV cache on a transformers
+model; `mcprl.training.vllm_engine` plugs vLLM into the same front end. `generate_batch` is the
+synchronous core, also used directly by evaluation and the benchmark.
 
 Why a hand-written decode loop rather than `model.generate`: it gives per-token logprobs of the
 sampled tokens exactly as a trainer recomputes them (`log_softmax(logits / T)`), stop strings that
@@ -20,7 +21,7 @@ import copy
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
@@ -108,7 +109,7 @@ class SamplingParams:
                     raise UnsupportedSampling(f"sampling {key}={value!r} is not supported (only {_FIXED[name]!r})")
             elif name == "seed":
                 if value is not None:
-                    raise UnsupportedSampling("per-request seed is not supported; pass seed= to HFInferenceEngine")
+                    raise UnsupportedSampling("per-request seed is not supported; pass seed= to the engine")
             elif name not in known:
                 supported = sorted(known | set(_ALIASES) | set(_FIXED))
                 raise UnsupportedSampling(f"unknown sampling key {key!r}; supported: {', '.join(supported)}")
@@ -543,13 +544,10 @@ class _GenerationWeights:
             self._plain = [(p, targets[name.removeprefix(prefix)]) for name, p in model.named_parameters()
                            if id(p) not in inside]
         self.version = 0
-        self._seen = self._versions()
-
-    def _versions(self) -> list[tuple[int, int]]:
-        return [(p.data_ptr(), p._version) for p in self.source.parameters()]
+        self._seen = param_versions(self.source.parameters())
 
     def current(self) -> PreTrainedModel:
-        versions = self._versions()
+        versions = param_versions(self.source.parameters())
         if versions != self._seen:
             if self.copy is not None:
                 self._refresh()
@@ -570,6 +568,12 @@ class _GenerationWeights:
     def sync(self) -> None:
         """Copy every parameter again (after replacing weights in a way version counters miss)."""
         self._seen = [(0, -1)] * len(self._seen)
+
+
+def param_versions(params: Iterable[torch.nn.Parameter]) -> list[tuple[int, int]]:
+    """Storage address and in-place version counter of each parameter: changes when an optimizer
+    steps, a checkpoint loads, or the tensor is replaced, so a copy elsewhere knows to refresh."""
+    return [(p.data_ptr(), p._version) for p in params]
 
 
 def _lora_layers(model: PreTrainedModel) -> dict[str, torch.nn.Module]:
@@ -602,33 +606,30 @@ class _Request:
     future: asyncio.Future
 
 
-class HFInferenceEngine:
-    """SkyRL inference client (`generate`, `finish_session`) running a transformers model in-process.
+class BatchingEngine:
+    """SkyRL inference client (`generate`, `finish_session`, `teardown`) over a synchronous batch generator.
 
-    `dtype="auto"` generates in bf16 where the device has fast bf16 (on a bf16 copy of an fp32 model,
-    re-synced automatically after optimizer steps), else in the model's own dtype.
+    SkyRL sends one prompt per call; the engine queues the calls, gathers those that arrive together into
+    one batch per sampling configuration and runs `_generate` on a single worker thread, so the event loop
+    stays free for environment steps. Subclasses supply `_generate` (HF here, vLLM in `vllm_engine`) and
+    `sync_weights`, the hook the trainer calls after each optimizer step.
     `batch_wait_ms` is the quiet gap that closes a batch; while trajectories known to be running
     (sessions not yet finished) are still missing, it waits up to `max_wait_ms` for them.
     """
 
     def __init__(
         self,
-        model: PreTrainedModel,
         tokenizer: PreTrainedTokenizerBase,
         *,
-        dtype: str | torch.dtype = "auto",
+        context: int,
         max_batch_size: int = 16,
         batch_wait_ms: float = 20.0,
         max_wait_ms: float = 500.0,
         seed: int | None = None,
         default_sampling: SamplingParams | Mapping[str, Any] | None = None,
-        prefix_cache_mb: int = 1024,
         model_name: str = "mcprl-policy",
+        device: torch.device | str = "cpu",
     ):
-        if dtype == "auto":
-            dtype = pick_dtype(model.device)
-        elif isinstance(dtype, str):
-            dtype = getattr(torch, dtype)
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_ms / 1000
@@ -640,11 +641,8 @@ class HFInferenceEngine:
         )
         self.model_name = model_name
         self.stats = EngineStats()
-        self._weights = _GenerationWeights(model, dtype)
-        self._context = _context_length(model, tokenizer)
-        self.prefix_cache = PrefixCache(prefix_cache_mb << 20) if prefix_cache_mb > 0 else None
-        self._cache_version = self._weights.version
-        self._generator = torch.Generator(device=model.device)
+        self._context = context
+        self._generator = torch.Generator(device=device)
         if seed is None:
             self._generator.seed()
         else:
@@ -657,42 +655,30 @@ class HFInferenceEngine:
         self._worker: asyncio.Task | None = None
 
     @property
-    def dtype(self) -> torch.dtype:
-        return self._weights.dtype
-
-    @property
     def generator(self) -> torch.Generator:
         """The sampling RNG; checkpoints save and restore its state."""
         return self._generator
 
     def sync_weights(self) -> None:
-        self._weights.sync()
+        raise NotImplementedError
 
     def reset_stats(self) -> None:
         self.stats = EngineStats()
 
     # ---- synchronous core
 
+    def _generate(self, prompts_token_ids: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
+        raise NotImplementedError
+
     def generate_batch(
         self, prompts_token_ids: Sequence[Sequence[int]], sampling: SamplingParams | Mapping[str, Any] | None = None
     ) -> list[Completion]:
+        """One completion per prompt, in prompt order; also used directly by evaluation and the benchmark."""
         if not isinstance(sampling, SamplingParams):
             sampling = SamplingParams.from_dict(sampling, self.default_sampling)
         with self._lock:
             start = time.perf_counter()
-            model = self._weights.current()
-            if self.prefix_cache is not None and self._weights.version != self._cache_version:
-                self.prefix_cache.clear()
-                self._cache_version = self._weights.version
-            results = generate_batch(
-                model,
-                self.tokenizer,
-                prompts_token_ids,
-                sampling,
-                generator=self._generator,
-                batch_size=self.max_batch_size,
-                prefix_cache=self.prefix_cache,
-            )
+            results = self._generate(prompts_token_ids, sampling)
             self.stats.batches += -(-len(prompts_token_ids) // self.max_batch_size)
             self.stats.requests += len(prompts_token_ids)
             self.stats.prompt_tokens += sum(len(p) for p in prompts_token_ids)
@@ -800,11 +786,61 @@ class HFInferenceEngine:
                     request.future.set_result(result)
 
 
+
+
+class HFInferenceEngine(BatchingEngine):
+    """The batching engine on a transformers (or PEFT) model, in-process.
+
+    `dtype="auto"` generates in bf16 where the device has fast bf16 (on a bf16 copy of an fp32 model,
+    re-synced automatically after optimizer steps), else in the model's own dtype.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        dtype: str | torch.dtype = "auto",
+        prefix_cache_mb: int = 1024,
+        **options: Any,
+    ):
+        if dtype == "auto":
+            dtype = pick_dtype(model.device)
+        elif isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        super().__init__(tokenizer, context=_context_length(model, tokenizer), device=model.device, **options)
+        self._weights = _GenerationWeights(model, dtype)
+        self.prefix_cache = PrefixCache(prefix_cache_mb << 20) if prefix_cache_mb > 0 else None
+        self._cache_version = self._weights.version
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._weights.dtype
+
+    def sync_weights(self) -> None:
+        self._weights.sync()
+
+    def _generate(self, prompts_token_ids: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
+        model = self._weights.current()
+        if self.prefix_cache is not None and self._weights.version != self._cache_version:
+            self.prefix_cache.clear()
+            self._cache_version = self._weights.version
+        return generate_batch(
+            model,
+            self.tokenizer,
+            prompts_token_ids,
+            params,
+            generator=self._generator,
+            batch_size=self.max_batch_size,
+            prefix_cache=self.prefix_cache,
+        )
+
+
 # --------------------------------------------------------------------------- SkyRL generator
 
 
 def make_generator(
-    engine: HFInferenceEngine,
+    engine: BatchingEngine,
     tokenizer: PreTrainedTokenizerBase,
     *,
     max_turns: int,

@@ -11,10 +11,10 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from mcprl.training.config import FinetuneConfig, TrainConfig, env_config
+from mcprl.training.config import FinetuneConfig, TrainConfig, env_config, resolve_rollout_backend
 from mcprl.training.devices import configure_threads, pick_device, pick_dtype
-from mcprl.training.inference import HFInferenceEngine
-from mcprl.training.model import load_model
+from mcprl.training.inference import BatchingEngine, HFInferenceEngine, InferenceError
+from mcprl.training.model import load_model, resolve_model
 from mcprl.training.rollout import Rollouts
 
 
@@ -22,7 +22,7 @@ from mcprl.training.rollout import Rollouts
 class Policy:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
-    engine: HFInferenceEngine
+    engine: BatchingEngine  # HF or vLLM (rollout.backend)
     rollouts: Rollouts
     bf16: bool  # train under bf16 autocast (fp32 master weights)
 
@@ -76,8 +76,29 @@ def build_policy(cfg: TrainConfig, *, model: PreTrainedModel | None = None,
         model, tokenizer = load_model(cfg.model.name, dtype="float32", device=str(device))
         model = wrap_for_finetune(model, cfg.finetune)
     dtype = {"auto": pick_dtype(device), "bfloat16": torch.bfloat16, "float32": torch.float32}[cfg.model.dtype]
-    engine = HFInferenceEngine(model, tokenizer, dtype=dtype, seed=cfg.run.seed,
-                               max_batch_size=max(cfg.num_envs, cfg.eval.max_tasks or 0, 1))
+    max_batch_size = max(cfg.num_envs, cfg.eval.max_tasks or 0, 1)
+    if resolve_rollout_backend(cfg) == "vllm":
+        engine: BatchingEngine = _vllm_engine(cfg, model, tokenizer, dtype, max_batch_size)
+    else:
+        engine = HFInferenceEngine(model, tokenizer, dtype=dtype, seed=cfg.run.seed, max_batch_size=max_batch_size)
     rollouts = Rollouts(engine, tokenizer, env_config=env_config(cfg), max_turns=cfg.rollout.max_turns,
                         max_input_length=cfg.rollout.max_input_length, max_new_tokens=cfg.rollout.max_new_tokens)
     return Policy(model, tokenizer, engine, rollouts, bf16=dtype == torch.bfloat16)
+
+
+def _vllm_engine(cfg: TrainConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dtype: torch.dtype,
+                 max_batch_size: int) -> BatchingEngine:
+    """vLLM on the base checkpoint, following the trainer's adapter (saved under RUN_DIR/vllm_adapters)."""
+    from mcprl.training.vllm_engine import LoraSyncCallback, VLLMInferenceEngine
+
+    if not isinstance(model, PeftModel):
+        raise InferenceError("rollout.backend=vllm follows a LoRA adapter and this model has none; "
+                             "use rollout.backend: hf for full fine-tuning")
+    adapter = model.peft_config["default"]
+    r = cfg.rollout.vllm
+    engine = VLLMInferenceEngine(resolve_model(adapter.base_model_name_or_path), tokenizer,
+                                 dtype=str(dtype).removeprefix("torch."), max_model_len=r.max_model_len,
+                                 max_lora_rank=adapter.r, gpu_memory_utilization=r.gpu_memory_utilization,
+                                 enforce_eager=r.enforce_eager, seed=cfg.run.seed, max_batch_size=max_batch_size)
+    engine.weight_sync = LoraSyncCallback(model, engine, Path(cfg.run.output_dir) / "vllm_adapters")
+    return engine

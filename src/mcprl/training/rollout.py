@@ -1,7 +1,7 @@
 """Episodes through SkyRL's own `SkyRLGymGenerator` over `mcp_tool_env`, for training and evaluation.
 
 One place turns tasks into a `GeneratorInput` (group_size samples per task), runs SkyRL's loop with
-our in-process engine, and turns its output back into per-trajectory records (the eval format).
+our in-process engine (HF or vLLM), and turns its output back into per-trajectory records (the eval format).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 from mcprl.data.sample import SkyRLSample
 from mcprl.envs import ENV_ID
 from mcprl.envs.parsing import stop_strings
-from mcprl.training.inference import HFInferenceEngine, make_generator
+from mcprl.training.inference import BatchingEngine, make_generator
 
 ENV_WORKERS = 8  # env steps are tool calls: I/O-bound, fine to overlap
 
@@ -32,7 +32,7 @@ class RolloutResult:
 
 
 class Rollouts:
-    def __init__(self, engine: HFInferenceEngine, tokenizer: PreTrainedTokenizerBase, *, env_config: dict[str, Any],
+    def __init__(self, engine: BatchingEngine, tokenizer: PreTrainedTokenizerBase, *, env_config: dict[str, Any],
                  max_turns: int, max_input_length: int, max_new_tokens: int) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
