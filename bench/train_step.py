@@ -5,8 +5,9 @@ SmolLM2's own chat template) x `group` completions, one turn, sampled at T=1 up 
 tokens; then one optimizer step (AdamW, lr 1e-5, grad clip 1.0) over all prompts x group rows, in
 micro-batches of `--micro-batch` rows, with LoRA r=16 / alpha 32 / no dropout on q/k/v/o of all 30
 layers (the quickstart's `top_layers` restriction is lifted: both train the same adapter).
-Precision: fp32 on both sides (TRL's `bf16=True` default is emulated on a CPU without AMX or
-AVX512-BF16, like this one; our `dtype: auto` picks fp32 there). No gradient checkpointing, no
+Precision (`--dtype`): the same on both sides. `auto` (default) is what `model.dtype: auto` picks:
+bf16 on a CPU with AMX or AVX512-BF16 (fp32 master weights under bf16 autocast: our `dtype: bfloat16`,
+TRL's `bf16=True`), else fp32 (bf16 is emulated and slower there). No gradient checkpointing, no
 KL/reference model, `torch` intra-op threads = `--threads` on both.
 
 - Ours runs the real pipeline: SkyRL's generator over mcp_tool_env (tool calls executed on the MCP
@@ -24,7 +25,7 @@ step, then the median of `--steps` timed steps. Defaults fit the shared 2-core, 
 (2 threads stall when the other core is busy) and micro-batches of 8 (TRL with all 16 rows in one
 micro-batch peaked at 12.5 GiB and was OOM-killed next to a training run).
 
-    .venv/bin/python bench/train_step.py [--steps 3] [--threads 1] [--micro-batch 8]
+    .venv/bin/python bench/train_step.py [--steps 3] [--threads 1] [--micro-batch 8] [--dtype auto]
                                          [--trl-python .venv-trl/bin/python]
 """
 
@@ -72,7 +73,7 @@ def ours(args: argparse.Namespace) -> dict:
     cfg = load_train_config("configs/quickstart.yaml", [
         f"finetune.lora.target_modules=[{','.join(TARGETS)}]", "finetune.lora.top_layers=null",
         "finetune.lora.r=16", "finetune.lora.alpha=32", "finetune.lora.dropout=0.0",
-        "finetune.gradient_checkpointing=false", "model.dtype=float32", f"model.threads={args.threads}",
+        "finetune.gradient_checkpointing=false", f"model.dtype={args.dtype}", f"model.threads={args.threads}",
         f"algo.group_size={args.group}", f"algo.prompts_per_step={args.prompts}",
         f"algo.micro_batch_size={args.micro_batch}", "algo.kl_coef=0.0", "algo.epochs=1", "algo.grad_clip=1.0",
         f"rollout.max_new_tokens={args.new_tokens}", "rollout.max_turns=1", "rollout.temperature=1.0",
@@ -152,7 +153,8 @@ def trl_side(args: argparse.Namespace) -> dict:
                         gradient_accumulation_steps=args.prompts * args.group // args.micro_batch,
                         num_generations=args.group,
                         max_completion_length=args.new_tokens, max_steps=args.steps + 1, learning_rate=LR,
-                        max_grad_norm=1.0, beta=0.0, use_cpu=True, bf16=False, gradient_checkpointing=False,
+                        max_grad_norm=1.0, beta=0.0, use_cpu=True, bf16=args.dtype == "bfloat16",
+                        gradient_checkpointing=False,
                         model_init_kwargs={"dtype": torch.float32}, temperature=1.0, logging_steps=1,
                         report_to=[], save_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0)
     trainer = GRPOTrainer(model=str(converted_model_dir()), reward_funcs=[reward], args=config,
@@ -182,6 +184,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--micro-batch", type=int, default=8, help="rows per forward/backward (divides the batch)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                        help="auto: bf16 where the CPU has native bf16, else fp32 (both sides)")
     parser.add_argument("--trl-python", default=".venv-trl/bin/python")
     parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--tasks", help=argparse.SUPPRESS)
@@ -192,6 +196,10 @@ def main() -> None:
     if args.side:
         print(json.dumps((ours if args.side == "ours" else trl_side)(args)))
         return
+    if args.dtype == "auto":
+        from mcprl.training.devices import pick_dtype
+
+        args.dtype = str(pick_dtype("cpu")).removeprefix("torch.")
     if not Path(args.trl_python).exists():
         sys.exit(f"TRL venv missing: {args.trl_python} (`make bench-trl` creates it)")
 
@@ -203,7 +211,7 @@ def main() -> None:
     tasks_file.write_text(json.dumps(task_prompts(args.prompts)))
     common = ["--tasks", str(tasks_file), "--out", args.out, "--steps", str(args.steps), "--prompts", str(args.prompts),
               "--group", str(args.group), "--new-tokens", str(args.new_tokens), "--micro-batch", str(args.micro_batch),
-              "--threads", str(args.threads)]
+              "--threads", str(args.threads), "--dtype", args.dtype]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     sides = {"mcprl embedded (SkyRL + MCP env)": (sys.executable, "ours"),
              "TRL 1.16 GRPOTrainer": (args.trl_python, "trl")}
@@ -218,7 +226,7 @@ def main() -> None:
 
     rows = args.prompts * args.group
     table = Table(title=f"one GRPO step: {args.prompts} prompts x group {args.group}, <= {args.new_tokens} new "
-                        f"tokens, LoRA r=16 q/k/v/o, fp32, {rows // args.micro_batch} micro-batches of "
+                        f"tokens, LoRA r=16 q/k/v/o, {args.dtype}, {rows // args.micro_batch} micro-batches of "
                         f"{args.micro_batch}, {args.threads} thread(s)")
     for col in ("variant", "median s/step", "rollout s", "update s", "tokens/completion", "peak RSS GiB", "steps s"):
         table.add_column(col)
