@@ -94,7 +94,7 @@ def test_later_overrides_win_and_yaml_floats_without_dot_are_numbers(tmp_path):
     ("rollout.vllm.max_model_len=1024", "rollout.vllm.max_model_len (1024) must be >= max_input_length"),
     ("logging.wandb.enabled=maybe", "logging.wandb.enabled must be true, false or auto, got 'maybe'"),
     ("finetune.lora.target_modules=q_proj", "finetune.lora.target_modules must be a list of strings"),
-    ("finetune.lora.r=0", "finetune.lora.r must be >= 1"),
+    ("sft.micro_batch_size=0", "sft.batch_size, sft.micro_batch_size and sft.max_seq_len must be >= 1"),
     ("algo.lr.x=1", "'algo.lr' is a value, not a section"),
     ("model=3", "'model' must be a mapping"),
     ("data.train=tasks.csv", "data.train=tasks.csv must be a .json, .jsonl, .parquet file"),
@@ -107,9 +107,10 @@ def test_invalid_configs_fail_at_load_with_one_clear_line(override, expected):
     assert "\n" not in str(err.value)
 
 
-def test_lora_fields_are_fine_with_full_finetuning():
-    cfg = load("finetune.mode=full", "finetune.lora.r=0")
-    assert cfg.finetune.mode == "full"
+def test_lora_fields_are_checked_only_for_lora():
+    assert load("finetune.mode=full", "finetune.lora.r=0").finetune.mode == "full"
+    with pytest.raises(ConfigError, match="^finetune.lora.r must be >= 1"):
+        load("finetune.mode=lora", "finetune.lora.r=0")
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -159,9 +160,9 @@ def _fake_find_spec(present: bool):
 
 def test_auto_backend_without_vllm_is_hf_and_explicit_vllm_fails_with_one_line(monkeypatch):
     monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(False))
-    assert rollout_backend_choice(load()) == ("hf", "auto: vllm is not installed")
+    assert rollout_backend_choice(load("finetune.mode=lora")) == ("hf", "auto: vllm is not installed")
     with pytest.raises(ConfigError) as err:
-        resolve_rollout_backend(load("rollout.backend=vllm"))
+        resolve_rollout_backend(load("rollout.backend=vllm", "finetune.mode=lora"))
     assert str(err.value) == ("rollout.backend=vllm needs vLLM and a GPU (or the vllm-cpu build, make vllm-cpu): "
                               "vllm is not installed; use backend: hf or auto")
 
@@ -169,24 +170,25 @@ def test_auto_backend_without_vllm_is_hf_and_explicit_vllm_fails_with_one_line(m
 def test_auto_backend_picks_vllm_for_lora_only_with_a_gpu(monkeypatch):
     monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(True))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert resolve_rollout_backend(load()) == "vllm"
-    assert resolve_rollout_backend(load("rollout.backend=vllm")) == "vllm"
+    lora = "finetune.mode=lora"
+    assert resolve_rollout_backend(load(lora)) == "vllm"
+    assert resolve_rollout_backend(load(lora, "rollout.backend=vllm")) == "vllm"
     assert resolve_rollout_backend(load("finetune.mode=full")) == "hf"
-    assert resolve_rollout_backend(load("rollout.backend=hf")) == "hf"
-    assert rollout_backend_choice(load("model.device=cpu")) == ("hf", "auto: model.device is cpu")
+    assert resolve_rollout_backend(load(lora, "rollout.backend=hf")) == "hf"
+    assert rollout_backend_choice(load(lora, "model.device=cpu")) == ("hf", "auto: model.device is cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert rollout_backend_choice(load()) == ("hf", "auto: no CUDA GPU is visible")
+    assert rollout_backend_choice(load(lora)) == ("hf", "auto: no CUDA GPU is visible")
     with pytest.raises(ConfigError, match="no CUDA GPU is visible"):
-        resolve_rollout_backend(load("rollout.backend=vllm"))
+        resolve_rollout_backend(load(lora, "rollout.backend=vllm"))
 
 
 def test_explicit_vllm_runs_on_the_cpu_build_but_auto_stays_hf_and_full_finetune_is_refused(monkeypatch):
     monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(True))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(config_module, "vllm_cpu_build", lambda: True)
-    assert rollout_backend_choice(load("rollout.backend=vllm", "model.device=cpu")) == (
+    assert rollout_backend_choice(load("rollout.backend=vllm", "model.device=cpu", "finetune.mode=lora")) == (
         "vllm", "rollout.backend=vllm (vllm-cpu)")
-    assert rollout_backend_choice(load()) == ("hf", "auto: no CUDA GPU is visible")
+    assert rollout_backend_choice(load("finetune.mode=lora")) == ("hf", "auto: no CUDA GPU is visible")
     with pytest.raises(ConfigError, match="syncs LoRA adapters only; finetune.mode=full needs backend: hf"):
         resolve_rollout_backend(load("rollout.backend=vllm", "finetune.mode=full"))
 
@@ -213,7 +215,8 @@ def test_describe_says_what_would_run(tmp_path, monkeypatch):
     train = tmp_path / "train.jsonl"
     train.write_text("{}\n")
     missing = tmp_path / "quickstart_test.jsonl"
-    text = describe(load(f"data.train={train}", f"data.eval={missing}", "run.output_dir=runs/x", "algo.steps=7"))
+    text = describe(load(f"data.train={train}", f"data.eval={missing}", "run.output_dir=runs/x", "algo.steps=7",
+                         "finetune.mode=lora"))
     assert "finetune:   lora (r=16" in text
     assert "rollout:    hf (auto: vllm is not installed)" in text
     assert "model:      smollm2-135m" in text
@@ -253,7 +256,8 @@ def _app() -> typer.Typer:
 def test_cli_dry_run_prints_the_plan_and_exits_0():
     result = CliRunner().invoke(_app(), ["train", "--config", str(QUICKSTART), "--dry-run", "-o", "algo.steps=3"])
     assert result.exit_code == 0, result.output
-    assert "3 steps" in result.output and "finetune:   lora" in result.output
+    assert "3 steps" in result.output and "finetune:   full" in result.output
+    assert "rollout:    hf (auto: full fine-tuning generates with the trained weights in place (HF))" in result.output
 
 
 def test_cli_config_error_is_one_red_line_and_exit_2():
@@ -293,6 +297,7 @@ def test_cli_resume_from_takes_a_checkpoint_dir_and_refuses_anything_else(monkey
 def test_cli_embedded_engine_refuses_an_impossible_backend_before_training(monkeypatch):
     monkeypatch.setitem(sys.modules, "mcprl.training.trainer", types.ModuleType("mcprl.training.trainer"))
     monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(False))
-    result = CliRunner().invoke(_app(), ["train", "-c", str(QUICKSTART), "-o", "rollout.backend=vllm"])
+    result = CliRunner().invoke(_app(), ["train", "-c", str(QUICKSTART), "-o", "rollout.backend=vllm",
+                                         "-o", "finetune.mode=lora"])
     assert result.exit_code == 2
     assert "rollout.backend=vllm needs vLLM and a GPU" in result.output

@@ -3,6 +3,7 @@ finite losses, checkpoints on disk, and an exact resume after a crash."""
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -63,7 +64,8 @@ def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         trainer.train(crashed, sft_only=True)
     monkeypatch.setattr(trainer, "build_callbacks", original)
-    trainer.train(crashed, resume=True, sft_only=True)
+    resumed_summary = trainer.train(crashed, resume=True, sft_only=True)
+    assert Path(resumed_summary["final_checkpoint"]).name == "step_grpo_0"  # GRPO can start from it later
     resumed = {(r["phase"], r["step"]): r for r in rows(tmp_path / "crashed")}
     assert [k for k in resumed if k[0] == "sft"] == [("sft", 1), ("sft", 2), ("sft", 3), ("sft", 4)]
     for step in (3, 4):

@@ -120,12 +120,14 @@ def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, state: TrainSt
         job = bar.add_task("SFT", total=total, completed=state.sft_step)
         while state.sft_step < total and not clock.over(cfg.sft.max_seconds):
             t0 = time.perf_counter()
-            metrics = sft_step(policy.model, next(stream), policy.pad_id, micro_batch_size=4, bf16=policy.bf16)
+            metrics = sft_step(policy.model, next(stream), policy.pad_id, micro_batch_size=cfg.sft.micro_batch_size,
+                               bf16=policy.bf16)
             state.sft_batches_drawn += 1
             grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), cfg.algo.grad_clip)
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
+            release_memory()
             state.sft_step += 1
             callbacks.on_step(state.sft_step, {"phase": "sft", "time_s": time.perf_counter() - t0, **metrics,
                                                "grad_norm": float(grad_norm), "lr": sched.get_last_lr()[0],
@@ -231,23 +233,25 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
             state.evals["base"] = _eval(policy, cfg, eval_tasks, run_dir, "base", callbacks, clock)
         if state.phase == "sft":
             run_sft(policy, cfg, experts_path, state, run_dir, callbacks, checkpoint, clock)
-            state.phase = "done" if sft_only else "grpo"
+            state.phase = "grpo"
             if cfg.eval.after_sft:
                 state.evals["sft"] = _eval(policy, cfg, eval_tasks, run_dir, "sft", callbacks, clock)
             state.elapsed_s = clock.total
-            # Phase boundary: the warm-started weights, no optimizer state (GRPO starts its own).
+            # Phase boundary (step_grpo_0): the warm-started weights, no optimizer state (GRPO starts its
+            # own). An --sft-only run ends here, so `--resume` or `--resume-from` later runs its GRPO.
             checkpoint = save_checkpoint(run_dir, state, policy.model, policy.tokenizer, None, None,
                                          {"engine": policy.engine.generator})
+        final = checkpoint
         if state.phase == "grpo" and not sft_only:
             run_grpo(policy, cfg, train_tasks, state, run_dir, callbacks, checkpoint, clock)
             state.phase = "done"
             if cfg.eval.after_grpo:
                 state.evals["grpo"] = _eval(policy, cfg, eval_tasks, run_dir, "grpo", callbacks, clock)
-        state.elapsed_s = clock.total
-        final = save_checkpoint(run_dir, state, policy.model, policy.tokenizer, None, None,
-                                {"engine": policy.engine.generator})
+            state.elapsed_s = clock.total
+            final = save_checkpoint(run_dir, state, policy.model, policy.tokenizer, None, None,
+                                    {"engine": policy.engine.generator})
         summary = {**{f"eval_{k}": v for k, v in state.evals.items()}, "train_seconds": round(clock.total, 1),
-                   "sft_steps": state.sft_step, "grpo_steps": state.grpo_step, "final_checkpoint": str(final)}
+                   "sft_steps": state.sft_step, "grpo_steps": state.grpo_step, "final_checkpoint": str(final) if final else None}
     finally:
         callbacks.on_train_end(summary)
         policy.engine.close()
