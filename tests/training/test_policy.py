@@ -24,7 +24,7 @@ def test_excluded_layer_pattern_covers_exactly_the_lower_layers():
 
 
 def test_top_layers_adapts_only_the_top_and_backward_leaves_the_rest_untouched():
-    model = wrap_for_finetune(_tiny(), FinetuneConfig(lora=LoraConfig(r=4, alpha=8, top_layers=2,
+    model = wrap_for_finetune(_tiny(), FinetuneConfig(mode="lora", lora=LoraConfig(r=4, alpha=8, top_layers=2,
                                                                       target_modules=["q_proj", "down_proj"])))
     adapted = {int(m.group(1)) for name, _ in model.named_parameters() if "lora_" in name
                for m in [re.search(r"layers\.(\d+)\.", name)]}

@@ -89,7 +89,7 @@ def test_full_finetune_turns_lora_off_and_kl_maps_to_skyrl(tmp_path):
                                                "algo.use_kl_loss=true")).overrides)
     assert skyrl.trainer.policy.model.lora.rank == 0
     assert (skyrl.trainer.algorithm.use_kl_loss, skyrl.trainer.algorithm.kl_loss_coef) == (True, 0.01)
-    lora = build_skyrl_config(plan(quickstart(tmp_path, "algo.kl_coef=0.01")).overrides)
+    lora = build_skyrl_config(plan(quickstart(tmp_path, "finetune.mode=lora", "algo.kl_coef=0.01")).overrides)
     assert lora.trainer.policy.model.lora.rank == 16
     assert lora.trainer.policy.model.lora.target_modules == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                              "up_proj", "down_proj"]
@@ -224,9 +224,9 @@ def test_env_settings_reach_skyrls_env_config(tmp_path):
 
 
 def test_lora_top_layers_maps_to_skyrls_exclude_modules(tmp_path):
-    every = build_skyrl_config(plan(quickstart(tmp_path)).overrides)
+    every = build_skyrl_config(plan(quickstart(tmp_path, "finetune.mode=lora")).overrides)
     assert every.trainer.policy.model.lora.exclude_modules is None
-    top = build_skyrl_config(plan(quickstart(tmp_path, "finetune.lora.top_layers=2")).overrides)
+    top = build_skyrl_config(plan(quickstart(tmp_path, "finetune.mode=lora", "finetune.lora.top_layers=2")).overrides)
     pattern = top.trainer.policy.model.lora.exclude_modules
     import re
 

@@ -38,8 +38,10 @@ class CrashAt(Callback):
             raise KeyboardInterrupt(f"simulated crash at {self.phase} step {step}")
 
 
-def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch):
-    full = config(tmp_path, "full")
+# The default (full fine-tune) in `make test`; LoRA (adapter checkpoints, merged generation copy) in test-all.
+@pytest.mark.parametrize("mode", ["full", pytest.param("lora", marks=pytest.mark.slow)])
+def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch, mode):
+    full = config(tmp_path, "full", f"finetune.mode={mode}")
     summary = trainer.train(full)
     run = tmp_path / "full"
     metrics = rows(run)
@@ -49,7 +51,8 @@ def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch):
     assert all(math.isfinite(r["sft_loss"]) for r in sft)
     assert all(math.isfinite(r["policy_loss"]) and math.isfinite(r["reward_mean"]) for r in grpo)
     assert (run / "checkpoints" / "latest").exists()
-    assert any((p / "model" / "adapter_model.safetensors").exists() for p in (run / "checkpoints").glob("step_*"))
+    weights = "adapter_model.safetensors" if mode == "lora" else "model.safetensors"
+    assert any((p / "model" / weights).exists() for p in (run / "checkpoints").glob("step_*"))
     assert {"eval_base", "eval_sft", "eval_grpo", "train_seconds"} <= set(summary)
     assert json.loads((run / "summary.json").read_text())["train_seconds"] > 0
     assert (run / "report" / "report.html").exists()
@@ -57,7 +60,7 @@ def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch):
     assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
     # Crash mid-SFT (after step 3, whose checkpoint does not exist: the last one is step 2), then resume.
-    crashed = config(tmp_path, "crashed", "eval.before=false", "eval.after_sft=false", "eval.after_grpo=false")
+    crashed = config(tmp_path, "crashed", f"finetune.mode={mode}", "eval.before=false", "eval.after_sft=false", "eval.after_grpo=false")
     original = trainer.build_callbacks
     monkeypatch.setattr(trainer, "build_callbacks", lambda cfg, run_dir: CallbackList(
         [CrashAt("sft", 3), *original(cfg, run_dir)]))

@@ -69,9 +69,8 @@ class LoraConfig:
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         "Module names that get adapters; [all-linear] means every linear layer.")
     top_layers: int | None = opt(
-        10, "Adapters on the top N transformer layers only (null: every layer). Backward stops below the "
-              "lowest adapter: 1.7x faster steps and half the memory at N=10 of 30 on a 2-core CPU, and as good "
-              "held-out success after SFT (docs/benchmarks.md).")
+        None, "Adapters on the top N transformer layers only (null: every layer). Backward stops below the "
+              "lowest adapter: 1.7x faster steps and half the memory at N=10 of 30 on a 2-core CPU.")
 
 
 @dataclass
@@ -110,7 +109,7 @@ class DataConfig:
 class SFTConfig:
     enabled: bool = opt(True, "Run supervised fine-tuning on the expert demonstrations before GRPO.")
     epochs: float = opt(1.0, "Passes over the demonstrations (fractions allowed).")
-    max_steps: int | None = opt(150, "Stop after this many optimizer steps (overrides epochs).")
+    max_steps: int | None = opt(100, "Stop after this many optimizer steps (overrides epochs).")
     lr: float = opt(1e-4, "Learning rate (1e-4 for a full fine-tune; LoRA wants about 5e-4).")
     batch_size: int = opt(4, "Demonstrations per optimizer step.")
     micro_batch_size: int = opt(2, "Demonstrations per forward/backward (peak memory; a full fine-tune of 4 x 1024 "
