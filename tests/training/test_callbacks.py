@@ -146,12 +146,11 @@ def test_console_line():
     cb.on_step(1, grpo_row(0.02))
     cb.on_step(2, {"phase": "grpo", "reward_mean": 0.4, "reward_std": 0.3, "success_rate": 0.25,
                    "policy_loss": 0.0131, "kl": 0.001, "ratio_mean": 1.0, "ratio_std": 0.02,
-                   "tool_success_rate": 0.8, "lr": 1e-4})
+                   "tool_success_rate": 0.8, "lr": 1e-4, "rollout_tok_s": 117.6, "time_s": 41.23})
     cb.on_step(4, {"phase": "sft", "sft_loss": 1.25, "lr": 3e-4})
     first, second = buffer.getvalue().splitlines()
     assert first.startswith("grpo 2/20  reward 0.400±0.300  success 25%  loss 0.0131  kl 0.0010  ratio 1.000±0.020  "
-                            "tool ok 80%  lr 1.0e-04  ")
-    assert first.endswith(" s/step")
+                            "tool ok 80%  lr 1.0e-04  rollout tok/s 118  41.2 s/step")
     assert second.startswith("sft 4/?  loss 1.2500  lr 3.0e-04")
 
 

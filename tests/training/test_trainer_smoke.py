@@ -50,6 +50,7 @@ def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch, mode):
     assert [r["step"] for r in sft] == [1, 2, 3, 4] and [r["step"] for r in grpo] == [1, 2]
     assert all(math.isfinite(r["sft_loss"]) for r in sft)
     assert all(math.isfinite(r["policy_loss"]) and math.isfinite(r["reward_mean"]) for r in grpo)
+    assert all(0 < r["rollout_s"] <= r["time_s"] and r["rollout_tok_s"] > 0 for r in grpo)
     assert (run / "checkpoints" / "latest").exists()
     weights = "adapter_model.safetensors" if mode == "lora" else "model.safetensors"
     assert any((p / "model" / weights).exists() for p in (run / "checkpoints").glob("step_*"))

@@ -212,7 +212,7 @@ class PPOHealthCallback(Callback):
 
 
 class ConsoleCallback(Callback):
-    """One line per step: step/total, phase, reward, success, loss, kl, ratio, tool ok, s/step."""
+    """One line per step: step/total, phase, reward, success, loss, kl, ratio, tool ok, lr, rollout tok/s, s/step."""
 
     def __init__(self, total_steps: Mapping[str, int | None], every: int = 1, console: Any = None) -> None:
         from rich.console import Console
@@ -249,6 +249,7 @@ _CONSOLE_FIELDS = (  # label, metric ("loss": the phase's loss), spread metric, 
     ("reward", "reward_mean", "reward_std", "{:.3f}"), ("success", "success_rate", None, "{:.0%}"),
     ("loss", "loss", None, "{:.4f}"), ("kl", "kl", None, "{:.4f}"), ("ratio", "ratio_mean", "ratio_std", "{:.3f}"),
     ("tool ok", "tool_success_rate", None, "{:.0%}"), ("lr", "lr", None, "{:.1e}"),
+    ("rollout tok/s", "rollout_tok_s", None, "{:.0f}"),
 )
 
 

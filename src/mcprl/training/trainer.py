@@ -174,6 +174,7 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
             t0 = time.perf_counter()
             prompts = [next(stream) for _ in range(algo.prompts_per_step)]
             state.grpo_prompts_drawn += len(prompts)
+            policy.engine.reset_stats()
             result = policy.rollouts.run(prompts, algo.group_size, sampling)
             t_rollout = time.perf_counter() - t0
             policy.model.train()
@@ -184,7 +185,9 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
             release_memory()
             state.grpo_step += 1
             callbacks.on_step(state.grpo_step, {"phase": "grpo", "time_s": time.perf_counter() - t0,
-                                                "rollout_s": t_rollout, **rollout_metrics(result, algo.group_size),
+                                                "rollout_s": t_rollout,
+                                                "rollout_tok_s": policy.engine.stats.tokens_per_second,
+                                                **rollout_metrics(result, algo.group_size),
                                                 **metrics, "rss_gb": rss_gb()})
             bar.advance(job)
             if algo.save_every and state.grpo_step % algo.save_every == 0:
@@ -275,7 +278,6 @@ def _report(run_dir: Path) -> None:
     from mcprl.eval.report import build_report
 
     try:
-        paths = build_report(run_dir, console=console)
-        console.print(f"report: {paths.html}")
+        build_report(run_dir, console=console)  # prints the report's path
     except Exception as e:  # noqa: BLE001 - the run's results are already on disk
         console.print(f"[yellow]report skipped:[/yellow] {e}")
