@@ -58,6 +58,19 @@ def test_errors_become_observations_and_max_turns_ends(time_servers):
     assert agg["tool_calls"] == 2 and agg["unknown_tool_rate"] == 0.5 and agg["success"] == 0.0
 
 
+def test_idle_turns_end_the_episode(time_servers):
+    env = skyrl_gym.make("mcp_tool_env", env_config={"servers_config": time_servers, "max_idle_turns": 2},
+                         extras={"reward_spec": {"method": "rule", "ground_truth": {"max_turns": 6}}})
+    env.init([{"role": "user", "content": "q"}])
+    first = env.step("Let me think about time zones.")
+    assert first["done"] is False and "No tool call" in first["observations"][0]["content"]
+    broken = env.step('<tool_call>{"name": "convert_time", </tool_call>')  # malformed: an attempt, not idle
+    assert broken["done"] is False
+    assert env.step("Still thinking.")["done"] is False
+    last = env.step("Tokyo is nice.")
+    assert last["done"] is True and last["observations"] == [] and env.get_metrics()["turns"] == 4
+
+
 def test_disallowed_tool_refused(time_servers):
     env = make_env(time_servers, allowed_tools=["convert_time"])
     env.init([{"role": "user", "content": "q"}])

@@ -55,6 +55,7 @@ def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch, mode):
     weights = "adapter_model.safetensors" if mode == "lora" else "model.safetensors"
     assert any((p / "model" / weights).exists() for p in (run / "checkpoints").glob("step_*"))
     assert {"eval_base", "eval_sft", "eval_grpo", "train_seconds"} <= set(summary)
+    assert all(summary[f"eval_{name}"]["seconds"] > 0 for name in ("base", "sft", "grpo"))
     assert json.loads((run / "summary.json").read_text())["train_seconds"] > 0
     assert (run / "report" / "report.html").exists()
     pngs = list((run / "report").glob("*.png"))

@@ -18,6 +18,9 @@ class EnvConfig:
     answer_tag: str = "answer"
     formats: tuple[str, ...] = ("hermes", "json", "xml")
     max_turns: int | None = None  # default: the task's ground_truth.max_turns
+    # End after this many turns in a row with neither a tool call nor an answer (None: never). Such a
+    # model rarely recovers, and its turns are the longest (it talks until max_new_tokens).
+    max_idle_turns: int | None = 2
     max_observation_chars: int = 1500
     done_on_success: bool = True  # end as soon as the task's success criteria are met
     reward_backend: Literal["heuristic", "llm_judge"] = "heuristic"

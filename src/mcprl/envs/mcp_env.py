@@ -59,6 +59,7 @@ class MCPToolEnv(BaseTextEnv):
         self.answered = False
         self.success = False
         self.episode_reward = 0.0
+        self.idle_turns = 0  # consecutive turns with neither a tool call nor an answer
 
     @property
     def task_id(self) -> str:
@@ -102,8 +103,10 @@ class MCPToolEnv(BaseTextEnv):
         self.answered = self.answered or parsed.kind == "answer"
         self.success = self.success or bool(reward["task_complete"])
         self.episode_reward += reward["total_reward"]
+        self.idle_turns = self.idle_turns + 1 if parsed.kind == "none" else 0
+        idle = self.cfg.max_idle_turns is not None and self.idle_turns >= self.cfg.max_idle_turns
         done = (parsed.kind == "answer" or (self.success and self.cfg.done_on_success)
-                or self.turns >= self.max_turns)
+                or self.turns >= self.max_turns or idle)
         if done and parsed.kind != "answer" and not self.success and self.cfg.reward_backend == "heuristic":
             reward = _add(reward, episode_end(self.gt, self.reward_state, self.weights))
         self.trace.append({"action": action, "kind": parsed.kind, "tool": parsed.name, "arguments": parsed.arguments,

@@ -161,6 +161,8 @@ class RolloutConfig:
         "auto", "Generation backend; auto picks vLLM for LoRA when vLLM and a CUDA GPU are present, else HF.")
     num_envs: int | None = opt(None, "Episodes run concurrently; default prompts_per_step * group_size.")
     max_turns: int = opt(6, "Model turns per episode.")
+    max_idle_turns: int | None = opt(
+        2, "End an episode after this many turns in a row with neither a tool call nor an answer.")
     max_new_tokens: int = opt(96, "Tokens generated per turn.")
     max_input_length: int = opt(2048, "Longest context (prompt + earlier turns) a turn may start from.")
     temperature: float = opt(1.0, "Sampling temperature for training rollouts.")
@@ -776,5 +778,6 @@ def env_config(cfg: TrainConfig, *, absolute_paths: bool = False) -> dict[str, A
         servers = str(Path(servers).resolve())
     return {"servers_config": servers, "tool_timeout_s": r.tool_timeout_s, "tool_retries": r.tool_retries,
             "tool_allowlist": r.tool_allowlist, "observation_role": r.observation_role, "max_turns": r.max_turns,
+            "max_idle_turns": r.max_idle_turns,
             "reward_backend": cfg.reward.backend, "reward_weights": dict(cfg.reward.weights),
             "judge": dict(cfg.reward.judge)}

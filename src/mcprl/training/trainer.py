@@ -266,12 +266,14 @@ def _eval(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: P
           callbacks: CallbackList, clock: Clock) -> dict[str, Any]:
     t0 = time.perf_counter()
     results = evaluate(policy, cfg, tasks, run_dir, name)
-    clock.paused += time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    clock.paused += seconds
     callbacks.on_eval(name, results)
     overall = results["overall"]
     return {"success_rate": overall.get("success_rate"), "pass@1": overall.get("pass@1"),
             "by_complexity": {k: v.get("success_rate") for k, v in results.get("by_complexity", {}).items()},
-            "tool_error_rate": overall.get("tool_error_rate"), "mean_turns": overall.get("mean_turns")}
+            "tool_error_rate": overall.get("tool_error_rate"), "mean_turns": overall.get("mean_turns"),
+            "seconds": round(seconds, 1)}
 
 
 def _report(run_dir: Path) -> None:
