@@ -91,6 +91,7 @@ def test_later_overrides_win_and_yaml_floats_without_dot_are_numbers(tmp_path):
     ("reward.weights.solvd=1", "unknown config key 'reward.weights.solvd'; did you mean 'reward.weights.solved'?"),
     ("reward.judge.modle=x", "did you mean 'reward.judge.model'?"),
     ("rollout.temperature=0", "rollout.temperature must be > 0 for GRPO"),
+    ("rollout.max_idle_turns=0", "rollout.max_idle_turns must be >= 1 or null, got 0"),
     ("rollout.vllm.max_model_len=1024", "rollout.vllm.max_model_len (1024) must be >= max_input_length"),
     ("logging.wandb.enabled=maybe", "logging.wandb.enabled must be true, false or auto, got 'maybe'"),
     ("finetune.lora.target_modules=q_proj", "finetune.lora.target_modules must be a list of strings"),

@@ -547,6 +547,8 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
         (a.health_patience >= 0, f"algo.health_patience must be >= 0, got {a.health_patience}"),
         (r.num_envs is None or r.num_envs >= 1, f"rollout.num_envs must be >= 1 or null, got {r.num_envs}"),
         (r.max_turns >= 1, f"rollout.max_turns must be >= 1, got {r.max_turns}"),
+        (r.max_idle_turns is None or r.max_idle_turns >= 1,
+         f"rollout.max_idle_turns must be >= 1 or null, got {r.max_idle_turns}"),
         (r.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {r.max_new_tokens}"),
         (r.max_input_length > r.max_new_tokens,
          f"rollout.max_input_length ({r.max_input_length}) must exceed max_new_tokens ({r.max_new_tokens})"),
