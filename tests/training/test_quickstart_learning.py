@@ -10,7 +10,7 @@ import pytest
 from mcprl.training import trainer
 from mcprl.training.config import load_train_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # ~23 min; the suite default is 600 s
 
 
 def test_quickstart_learns_held_out_multi_turn_tasks(tmp_path: Path) -> None:

@@ -164,6 +164,9 @@ class RolloutConfig:
     max_idle_turns: int | None = opt(
         2, "End an episode after this many turns in a row with neither a tool call nor an answer.")
     max_new_tokens: int = opt(96, "Tokens generated per turn.")
+    batch_max_wait_ms: float | None = opt(
+        None, "Longest a decode wave waits for episodes still in a tool call; null: until each sends its turn "
+              "or ends, so a seeded run repeats exactly (a number lets waves leave slow episodes behind).")
     max_input_length: int = opt(2048, "Longest context (prompt + earlier turns) a turn may start from.")
     temperature: float = opt(1.0, "Sampling temperature for training rollouts.")
     top_p: float = opt(1.0, "Nucleus sampling.")
@@ -550,6 +553,8 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
         (r.max_idle_turns is None or r.max_idle_turns >= 1,
          f"rollout.max_idle_turns must be >= 1 or null, got {r.max_idle_turns}"),
         (r.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {r.max_new_tokens}"),
+        (r.batch_max_wait_ms is None or r.batch_max_wait_ms >= 0,
+         f"rollout.batch_max_wait_ms must be >= 0 or null, got {r.batch_max_wait_ms}"),
         (r.max_input_length > r.max_new_tokens,
          f"rollout.max_input_length ({r.max_input_length}) must exceed max_new_tokens ({r.max_new_tokens})"),
         (r.temperature > 0, f"rollout.temperature must be > 0 for GRPO (greedy rollouts of one prompt are identical "

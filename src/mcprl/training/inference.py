@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -614,7 +615,10 @@ class BatchingEngine:
     stays free for environment steps. Subclasses supply `_generate` (HF here, vLLM in `vllm_engine`) and
     `sync_weights`, the hook the trainer calls after each optimizer step.
     `batch_wait_ms` is the quiet gap that closes a batch; while trajectories known to be running
-    (sessions not yet finished) are still missing, it waits up to `max_wait_ms` for them.
+    (announced with `expect`, or sessions seen and not yet finished) are still missing, it waits up to
+    `max_wait_ms` for them, or, with None, until each has sent its next turn or finished. Then every
+    decode wave holds every running episode, whatever the tool calls' timing, so a seeded run samples
+    the same tokens again.
     """
 
     def __init__(
@@ -624,7 +628,7 @@ class BatchingEngine:
         context: int,
         max_batch_size: int = 16,
         batch_wait_ms: float = 20.0,
-        max_wait_ms: float = 500.0,
+        max_wait_ms: float | None = 500.0,
         seed: int | None = None,
         default_sampling: SamplingParams | Mapping[str, Any] | None = None,
         model_name: str = "mcprl-policy",
@@ -633,7 +637,7 @@ class BatchingEngine:
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_ms / 1000
-        self.max_wait_s = max_wait_ms / 1000
+        self.max_wait_s = math.inf if max_wait_ms is None else max_wait_ms / 1000
         self.default_sampling = (
             default_sampling
             if isinstance(default_sampling, SamplingParams)
@@ -650,6 +654,8 @@ class BatchingEngine:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcprl-generate")
         self._lock = threading.Lock()
         self._sessions: set[Hashable] = set()
+        self._announced = 0  # sessions expected that have not sent their first turn
+        self._sessions_changed: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: asyncio.Queue[_Request] | None = None
         self._worker: asyncio.Task | None = None
@@ -664,6 +670,12 @@ class BatchingEngine:
 
     def reset_stats(self) -> None:
         self.stats = EngineStats()
+
+    def expect(self, sessions: int) -> None:
+        """`sessions` episodes are about to start (one rollout at a time): the first wave waits for
+        all of them rather than closing on whichever arrived within the quiet gap."""
+        self._sessions.clear()
+        self._announced = sessions
 
     # ---- synchronous core
 
@@ -703,7 +715,8 @@ class BatchingEngine:
         params = SamplingParams.from_dict(input_batch.get("sampling_params"), self.default_sampling)
         for prompt in prompts:  # fail this caller alone, not the batch it would join
             _check_prompt(prompt, self._context)
-        self._sessions.update(s for s in input_batch.get("session_ids") or () if s is not None)
+        for session in input_batch.get("session_ids") or ():
+            self._start_session(session)
         queue = self._ensure_worker()
         loop = asyncio.get_running_loop()
         futures = []
@@ -720,7 +733,17 @@ class BatchingEngine:
         }
 
     async def finish_session(self, session_id: Hashable) -> None:
-        self._sessions.discard(session_id)
+        if session_id in self._sessions:
+            self._sessions.discard(session_id)
+        elif self._announced:  # it ended before its first turn reached the queue (a prompt refused)
+            self._announced -= 1
+        if self._sessions_changed is not None:
+            self._sessions_changed.set()
+
+    def _start_session(self, session_id: Hashable | None) -> None:
+        if session_id is not None and session_id not in self._sessions:
+            self._sessions.add(session_id)
+            self._announced = max(self._announced - 1, 0)
 
     async def teardown(self) -> None:
         self.close()
@@ -738,32 +761,44 @@ class BatchingEngine:
         if self._loop is not loop or self._worker is None or self._worker.done():
             self._loop = loop
             self._queue = asyncio.Queue()
-            self._worker = loop.create_task(self._work(self._queue), name="mcprl-inference-batcher")
+            self._sessions_changed = asyncio.Event()
+            self._worker = loop.create_task(self._work(self._queue, self._sessions_changed),
+                                            name="mcprl-inference-batcher")
         return self._queue  # type: ignore[return-value]
 
-    async def _collect(self, queue: asyncio.Queue[_Request], pending: list[_Request]) -> None:
-        """Gather requests until a quiet gap of `batch_wait_ms`, a full batch, or, while known running
-        sessions are still missing, `max_wait_ms`."""
+    async def _collect(self, queue: asyncio.Queue[_Request], changed: asyncio.Event, pending: list[_Request]) -> None:
+        """Gather requests until every running session is in (or a full batch), `max_wait_ms` while
+        some are missing, or, with no running sessions known, a quiet gap of `batch_wait_ms`."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         while len(pending) < self.max_batch_size:
-            expected = min(self.max_batch_size, len(self._sessions))
+            running = len(self._sessions) + self._announced
+            expected = min(self.max_batch_size, running)
+            if running and len(pending) >= expected:
+                return
             remaining = self.max_wait_s - (loop.time() - started)
-            wait = remaining if len(pending) < expected else min(self.batch_wait_s, remaining)
+            wait = remaining if running else min(self.batch_wait_s, remaining)
             if wait <= 0:
                 return
-            try:
-                pending.append(await asyncio.wait_for(queue.get(), timeout=wait))
-            except asyncio.TimeoutError:
+            changed.clear()
+            arrival = asyncio.ensure_future(queue.get())
+            change = asyncio.ensure_future(changed.wait())
+            done, waiting = await asyncio.wait((arrival, change), timeout=None if math.isinf(wait) else wait,
+                                               return_when=asyncio.FIRST_COMPLETED)
+            for task in waiting:
+                task.cancel()  # a cancelled get leaves its item in the queue
+            if arrival in done:
+                pending.append(arrival.result())
+            elif not done:  # timed out
                 return
 
-    async def _work(self, queue: asyncio.Queue[_Request]) -> None:
+    async def _work(self, queue: asyncio.Queue[_Request], changed: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         pending: list[_Request] = []
         while True:
             if not pending:
                 pending.append(await queue.get())
-            await self._collect(queue, pending)
+            await self._collect(queue, changed, pending)
             params = pending[0].params
             batch = [r for r in pending if r.params == params][: self.max_batch_size]
             pending = [r for r in pending if not any(r is b for b in batch)]

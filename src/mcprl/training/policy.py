@@ -80,7 +80,8 @@ def build_policy(cfg: TrainConfig, *, model: PreTrainedModel | None = None,
     if resolve_rollout_backend(cfg) == "vllm":
         engine: BatchingEngine = _vllm_engine(cfg, model, tokenizer, dtype, max_batch_size)
     else:
-        engine = HFInferenceEngine(model, tokenizer, dtype=dtype, seed=cfg.run.seed, max_batch_size=max_batch_size)
+        engine = HFInferenceEngine(model, tokenizer, dtype=dtype, seed=cfg.run.seed, max_batch_size=max_batch_size,
+                                   max_wait_ms=cfg.rollout.batch_max_wait_ms)
     rollouts = Rollouts(engine, tokenizer, env_config=env_config(cfg), max_turns=cfg.rollout.max_turns,
                         max_input_length=cfg.rollout.max_input_length, max_new_tokens=cfg.rollout.max_new_tokens)
     return Policy(model, tokenizer, engine, rollouts, bf16=dtype == torch.bfloat16)
@@ -99,6 +100,7 @@ def _vllm_engine(cfg: TrainConfig, model: PreTrainedModel, tokenizer: PreTrained
     engine = VLLMInferenceEngine(resolve_model(adapter.base_model_name_or_path), tokenizer,
                                  dtype=str(dtype).removeprefix("torch."), max_model_len=r.max_model_len,
                                  max_lora_rank=adapter.r, gpu_memory_utilization=r.gpu_memory_utilization,
-                                 enforce_eager=r.enforce_eager, seed=cfg.run.seed, max_batch_size=max_batch_size)
+                                 enforce_eager=r.enforce_eager, seed=cfg.run.seed, max_batch_size=max_batch_size,
+                                 max_wait_ms=cfg.rollout.batch_max_wait_ms)
     engine.weight_sync = LoraSyncCallback(model, engine, Path(cfg.run.output_dir) / "vllm_adapters")
     return engine

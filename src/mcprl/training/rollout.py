@@ -60,6 +60,7 @@ class Rollouts:
                                for i, s in enumerate(samples)],
             "batch_metadata": None,
         }
+        self.engine.expect(len(samples))
         output = asyncio.run(generator.generate(batch, disable_tqdm=True))
         group_ids = [s.task_id for s in samples]
         records = [trajectory_record(s, i % n_per_task, output, i, self.tokenizer, self.max_input_length)
