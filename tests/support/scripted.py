@@ -30,6 +30,9 @@ class ScriptedClient:
         return {"responses": texts, "response_ids": ids, "stop_reasons": ["stop"] * len(texts),
                 "response_logprobs": [[-0.5] * len(i) for i in ids]}
 
+    def expect(self, sessions: int) -> None:
+        """Replies are computed per call, so there is no decode wave to size."""
+
     async def finish_session(self, session_id: Any) -> None:
         return None
 
