@@ -51,7 +51,8 @@ def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch, mode):
     assert all(math.isfinite(r["sft_loss"]) for r in sft)
     assert all(math.isfinite(r["policy_loss"]) and math.isfinite(r["reward_mean"]) for r in grpo)
     assert all(0 < r["rollout_s"] <= r["time_s"] and r["rollout_tok_s"] > 0 for r in grpo)
-    assert (run / "checkpoints" / "latest").exists()
+    assert (run / "checkpoints" / "latest").read_text() == "step_done"  # a fixed name, whatever the step count
+    assert Path(summary["final_checkpoint"]).name == "step_done"
     weights = "adapter_model.safetensors" if mode == "lora" else "model.safetensors"
     assert any((p / "model" / weights).exists() for p in (run / "checkpoints").glob("step_*"))
     assert {"eval_base", "eval_sft", "eval_grpo", "train_seconds"} <= set(summary)

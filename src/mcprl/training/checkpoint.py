@@ -1,5 +1,6 @@
 """Checkpoints that resume exactly: weights (or LoRA adapter), optimizer, scheduler, every RNG, data
-position, phase and step. Layout: RUN_DIR/checkpoints/step_<phase>_<N>/ plus a `latest` pointer."""
+position, phase and step. Layout: RUN_DIR/checkpoints/step_<phase>_<N>/ (the final one `step_done`)
+plus a `latest` pointer."""
 
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ class TrainState:
 
     @property
     def tag(self) -> str:
+        """`sft_N`, `grpo_N`, or `done`: the final checkpoint's name does not depend on how many steps
+        a time cap allowed, so commands that load it work on any machine."""
+        if self.phase == "done":
+            return "done"
         return f"{self.phase}_{self.grpo_step if self.phase == 'grpo' else self.sft_step}"
 
 

@@ -24,6 +24,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from mcprl.data.sample import FORMATS as DATA_FORMATS
+from mcprl.envs.config import EnvConfig
 
 # Sections of the recipe layout: each file holds its own sections plus, optionally, the shared ones.
 RECIPE_FILES = {"model.yaml": ("model", "finetune"), "algo_grpo.yaml": ("algo", "sft"),
@@ -116,7 +117,8 @@ class SFTConfig:
                                    "tokens peaks at 7.4 GB with 4, 4.7 GB with 1, at the same speed).")
     max_seq_len: int = opt(1024, "Longer demonstrations are truncated to this many tokens.")
     warmup_steps: int = opt(3, "Linear warm-up steps.")
-    max_seconds: float | None = opt(900.0, "Stop SFT after this many training seconds (a cap on slow machines; time-matched baselines).")
+    max_seconds: float | None = opt(
+        900.0, "Stop SFT after this many training seconds (a cap on slow machines; time-matched baselines).")
     save_every: int = opt(0, "Checkpoint every N SFT steps (0: only when the phase ends).")
 
 
@@ -162,7 +164,8 @@ class RolloutConfig:
     num_envs: int | None = opt(None, "Episodes run concurrently; default prompts_per_step * group_size.")
     max_turns: int = opt(6, "Model turns per episode.")
     max_idle_turns: int | None = opt(
-        2, "End an episode after this many turns in a row with neither a tool call nor an answer.")
+        EnvConfig.max_idle_turns,
+        "End an episode after this many turns in a row with neither a tool call nor an answer.")
     max_new_tokens: int = opt(96, "Tokens generated per turn.")
     batch_max_wait_ms: float | None = opt(
         None, "Longest a decode wave waits for episodes still in a tool call; null: until each sends its turn "
@@ -171,12 +174,12 @@ class RolloutConfig:
     temperature: float = opt(1.0, "Sampling temperature for training rollouts.")
     top_p: float = opt(1.0, "Nucleus sampling.")
     top_k: int = opt(-1, "Top-k sampling (-1: off).")
-    tool_timeout_s: float = opt(10.0, "Seconds before a tool call counts as timed out.")
+    tool_timeout_s: float = opt(EnvConfig.tool_timeout_s, "Seconds before a tool call counts as timed out.")
     tool_retries: int = opt(1, "Retries of a tool call after a transport failure.")
     tool_allowlist: list[str] | None = opt(None, "Only these tools are offered (default: all tools of the servers).")
     servers_config: str | None = opt(None, "MCP servers YAML; default: mcprl's own servers over stdio.")
     observation_role: Literal["user", "tool"] = opt(
-        "user", "Role of tool results in the chat; tool only if the chat template knows that role.")
+        EnvConfig.observation_role, "Role of tool results in the chat; tool only if the chat template knows that role.")
     vllm: VLLMConfig = opt(VLLMConfig(), "vLLM engine settings.")
 
 
