@@ -117,6 +117,8 @@ class SFTConfig:
                                    "tokens peaks at 7.4 GB with 4, 4.7 GB with 1, at the same speed).")
     max_seq_len: int = opt(1024, "Longer demonstrations are truncated to this many tokens.")
     warmup_steps: int = opt(3, "Linear warm-up steps.")
+    lr_scheduler: Literal["constant", "cosine"] = opt(
+        "constant", "Learning-rate schedule after warm-up (cosine decays to 0 at max_steps or the last epoch).")
     max_seconds: float | None = opt(
         900.0, "Stop SFT after this many training seconds (a cap on slow machines; time-matched baselines).")
     save_every: int = opt(0, "Checkpoint every N SFT steps (0: only when the phase ends).")
@@ -719,7 +721,7 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
     kl = "off" if a.kl_coef == 0 else f"{a.kl_coef} ({'loss' if a.use_kl_loss else 'in reward'}, {a.kl_estimator})"
     length = f"{cfg.sft.max_steps} steps" if cfg.sft.max_steps else f"{cfg.sft.epochs} epoch(s)"
     cap = f" (cap {cfg.sft.max_seconds:g} s)" if cfg.sft.max_seconds else ""
-    sft = (f"on: {length}{cap}, lr {cfg.sft.lr}, batch {cfg.sft.batch_size}, "
+    sft = (f"on: {length}{cap}, lr {cfg.sft.lr} ({cfg.sft.lr_scheduler}), batch {cfg.sft.batch_size}, "
            f"demos {_exists(cfg.data.experts_path())}") if cfg.sft.enabled else "off"
     wandb = _wandb_line(cfg.logging.wandb)
     lines = [

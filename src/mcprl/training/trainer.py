@@ -109,7 +109,7 @@ def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, state: TrainSt
     examples = [tokenize_conversation(e["messages"], policy.tokenizer, cfg.sft.max_seq_len)
                 for e in load_experts(experts_path)]
     total = cfg.sft.max_steps or max(1, math.ceil(cfg.sft.epochs * len(examples) / cfg.sft.batch_size))
-    opt, sched = optimizer_for(policy, cfg.sft.lr, 0.0, cfg.sft.warmup_steps, total)
+    opt, sched = optimizer_for(policy, cfg.sft.lr, 0.0, cfg.sft.warmup_steps, total, cfg.sft.lr_scheduler)
     generators = {"engine": policy.engine.generator}
     if resume_from is not None:
         load_checkpoint(resume_from, policy.model, opt, sched, generators)
