@@ -26,6 +26,8 @@ import yaml
 from mcprl.data.sample import FORMATS as DATA_FORMATS
 from mcprl.envs.config import EnvConfig
 
+LRSchedule = Literal["constant", "cosine"]  # the schedules `trainer.optimizer_for` implements
+
 # Sections of the recipe layout: each file holds its own sections plus, optionally, the shared ones.
 RECIPE_FILES = {"model.yaml": ("model", "finetune"), "algo_grpo.yaml": ("algo", "sft"),
                 "rollout.yaml": ("rollout", "reward")}
@@ -117,7 +119,7 @@ class SFTConfig:
                                    "tokens peaks at 7.4 GB with 4, 4.7 GB with 1, at the same speed).")
     max_seq_len: int = opt(1024, "Longer demonstrations are truncated to this many tokens.")
     warmup_steps: int = opt(3, "Linear warm-up steps.")
-    lr_scheduler: Literal["constant", "cosine"] = opt(
+    lr_scheduler: LRSchedule = opt(
         "constant", "Learning-rate schedule after warm-up (cosine decays to 0 at max_steps or the last epoch).")
     max_seconds: float | None = opt(
         900.0, "Stop SFT after this many training seconds (a cap on slow machines; time-matched baselines).")
@@ -147,7 +149,7 @@ class AlgoConfig:
     kl_estimator: Literal["k1", "k2", "k3", "abs"] = opt("k3", "KL estimator (see joschu.net/blog/kl-approx).")
     grpo_norm_by_std: bool = opt(True, "Divide group-relative advantages by the group's reward std.")
     save_every: int = opt(5, "Checkpoint every N GRPO steps (0: only at the end).")
-    lr_scheduler: Literal["constant", "cosine"] = opt("constant", "Learning-rate schedule after warm-up.")
+    lr_scheduler: LRSchedule = opt("constant", "Learning-rate schedule after warm-up.")
     warmup_steps: int = opt(0, "Linear warm-up steps.")
     health_patience: int = opt(3, "Stop after this many GRPO steps with zero ratio std despite signal (0: never).")
 

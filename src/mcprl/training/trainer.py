@@ -30,7 +30,7 @@ from mcprl.training.checkpoint import (
     read_state,
     save_checkpoint,
 )
-from mcprl.training.config import TrainConfig
+from mcprl.training.config import LRSchedule, TrainConfig
 from mcprl.training.devices import release_memory, rss_gb
 from mcprl.training.policy import Policy, build_policy
 from mcprl.training.sft import batches, load_experts, sft_step, tokenize_conversation
@@ -72,7 +72,7 @@ def prompt_stream(tasks: list[SkyRLSample], seed: int) -> Iterator[SkyRLSample]:
 # ------------------------------------------------------------------------------------------ optimizer
 
 def optimizer_for(policy: Policy, lr: float, weight_decay: float, warmup: int, total: int,
-                  schedule: str = "constant") -> tuple[torch.optim.Optimizer, Any]:
+                  schedule: LRSchedule = "constant") -> tuple[torch.optim.Optimizer, Any]:
     # fused: one kernel for all parameters; a full fine-tune's step fell from 0.30 s to 0.06 s on 2 CPU cores
     opt = torch.optim.AdamW(policy.trainable_parameters(), lr=lr, weight_decay=weight_decay, fused=True)
 
