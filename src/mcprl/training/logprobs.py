@@ -34,21 +34,33 @@ def _base_and_head(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Mo
 
 def selected_token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                             select: torch.Tensor, *, temperature: float = 1.0, bf16: bool = False,
-                            with_entropy: bool = False) -> TokenStats:
+                            with_entropy: bool = False, detached_prefix: int = 0) -> TokenStats:
     """Log p(input_ids[b, t] | input_ids[b, :t]) for every (b, t) with select[b, t] true.
 
     Rows are right-padded; position t is predicted from the hidden state at t - 1. `temperature`
-    divides the logits as the sampler did, so ratios compare like with like.
+    divides the logits as the sampler did, so ratios compare like with like. The first
+    `detached_prefix` positions (real tokens in every row, none selected) are encoded once without
+    gradient and reach the rest only through their keys and values: a cheaper backward pass whose
+    gradient omits the prefix's own activations.
     """
     base, head = _base_and_head(model)
+    p = detached_prefix
+    if p and bool(select[:, :p + 1].any()):
+        raise ValueError(f"a selected token lies in the detached prefix of {p} positions")
     with autocast_for(model, bf16):
-        hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [B, T, H]
-        prev = select[:, 1:]  # targets at t >= 1
+        cache = None
+        if p:
+            with torch.no_grad():
+                cache = base(input_ids=input_ids[:, :p], attention_mask=attention_mask[:, :p],
+                             use_cache=True).past_key_values
+        hidden = base(input_ids=input_ids[:, p:], attention_mask=attention_mask, past_key_values=cache,
+                      use_cache=cache is not None).last_hidden_state  # [B, T - p, H]
+        prev = select[:, p + 1:]  # targets at t >= p + 1
         h = hidden[:, :-1][prev]  # [N, H] states that predict the selected tokens
         logits = head(h).float()
     if temperature != 1.0:
         logits = logits / temperature
-    targets = input_ids[:, 1:][prev]
+    targets = input_ids[:, p + 1:][prev]
     logp = torch.log_softmax(logits, dim=-1)
     chosen = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     entropy = None

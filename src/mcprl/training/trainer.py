@@ -13,10 +13,13 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+import mcprl._compat  # noqa: F401 - before skyrl
 import numpy as np
 import torch
+from loguru import logger
 from rich.console import Console
 from rich.progress import Progress
+from skyrl.train.utils.trainer_utils import handle_dynamic_sampling
 
 from mcprl.data.rules import generate
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
@@ -30,12 +33,14 @@ from mcprl.training.checkpoint import (
     read_state,
     save_checkpoint,
 )
-from mcprl.training.config import LRSchedule, TrainConfig
+from mcprl.training.config import AlgoConfig, LRSchedule, TrainConfig
 from mcprl.training.devices import release_memory, rss_gb
 from mcprl.training.policy import Policy, build_policy
+from mcprl.training.rollout import RolloutResult
 from mcprl.training.sft import batches, load_experts, sft_step, tokenize_conversation
 
 console = Console()
+logger.disable("skyrl.train.utils.trainer_utils")  # dynamic sampling's banners; the step metrics say the same
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -122,7 +127,7 @@ def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, state: TrainSt
         while state.sft_step < total and not clock.over(cfg.sft.max_seconds):
             t0 = time.perf_counter()
             metrics = sft_step(policy.model, next(stream), policy.pad_id, micro_batch_size=cfg.sft.micro_batch_size,
-                               bf16=policy.bf16)
+                               bf16=policy.bf16, detach_prompt=cfg.sft.detach_prompt)
             state.sft_batches_drawn += 1
             grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), cfg.algo.grad_clip)
             opt.step()
@@ -144,17 +149,50 @@ def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, state: TrainSt
 
 # ----------------------------------------------------------------------------------------------- GRPO
 
-def rollout_metrics(result: Any, group_size: int) -> dict[str, float]:
-    rewards = np.array([t["reward"] for t in result.trajectories])
+def rollout_metrics(results: list[RolloutResult], group_size: int) -> dict[str, float]:
+    """Over every rollout of the step, the ones dynamic sampling dropped included."""
+    trajectories = [t for r in results for t in r.trajectories]
+    rewards = np.array([t["reward"] for t in trajectories])
     groups = rewards.reshape(-1, group_size)
     variances = groups.var(axis=1)
-    env = MCPToolEnv.aggregate_metrics([m or {} for m in (result.output.get("env_metrics") or [])])
+    env = MCPToolEnv.aggregate_metrics([m or {} for r in results for m in (r.output.get("env_metrics") or [])])
     return {"reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
-            "success_rate": float(np.mean([t["success"] for t in result.trajectories])),
+            "success_rate": float(np.mean([t["success"] for t in trajectories])),
             "tool_success_rate": env.get("tool_success_rate", 0.0), "tool_timeout_rate": env.get("tool_timeout_rate", 0.0),
             "malformed_rate": env.get("malformed_rate", 0.0),
             "episode_len": env.get("turns", 0.0), "frac_prompts_with_signal": float((variances > 1e-8).mean()),
-            "reward_var_per_prompt_mean": float(variances.mean())}
+            "reward_var_per_prompt_mean": float(variances.mean()), "sample_batches": float(len(results))}
+
+
+def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSample], state: TrainState,
+                      sampling: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[RolloutResult]]:
+    """One step's rollouts, through SkyRL's dynamic sampling when configured.
+
+    Group ids carry the draw position, so a task drawn twice in one step makes two groups. When
+    `max_sample_batches` runs out, the step trains on what it collected (SkyRL's trainer stops instead:
+    on one machine a step without a full batch beats losing the run).
+    """
+    ds = algo.dynamic_sampling
+    settings = {"type": ds.type, "max_sample_batches": ds.max_sample_batches, "min_replace_ratio": ds.min_replace_ratio,
+                "train_batch_size": algo.prompts_per_step, "n_samples_per_prompt": algo.group_size}
+    collected: dict[str, Any] = {"sample_batch_count": 0}
+    results: list[RolloutResult] = []
+    while True:
+        prompts = [next(stream) for _ in range(algo.prompts_per_step)]
+        first = state.grpo_prompts_drawn
+        state.grpo_prompts_drawn += len(prompts)
+        result = policy.rollouts.run(prompts, algo.group_size, sampling)
+        results.append(result)
+        uids = [f"{first + i // algo.group_size}:{g}" for i, g in enumerate(result.group_ids)]
+        collected["sample_batch_count"] += 1
+        output, uids, more, state_out = handle_dynamic_sampling(result.output, uids, settings, collected)
+        if not more:
+            return output, uids, results
+        if collected["sample_batch_count"] >= ds.max_sample_batches:
+            if ds.type == "filter" and state_out.get("collected_uids"):
+                return state_out["collected_generator_output"], state_out["collected_uids"], results
+            return result.output, uids, results
+        collected = state_out if ds.type == "filter" else collected
 
 
 def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: TrainState, run_dir: Path,
@@ -173,13 +211,11 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
         job = bar.add_task("GRPO", total=algo.steps, completed=state.grpo_step)
         while state.grpo_step < algo.steps:
             t0 = time.perf_counter()
-            prompts = [next(stream) for _ in range(algo.prompts_per_step)]
-            state.grpo_prompts_drawn += len(prompts)
             policy.engine.reset_stats()
-            result = policy.rollouts.run(prompts, algo.group_size, sampling)
+            output, uids, results = sample_step_batch(policy, algo, stream, state, sampling)
             t_rollout = time.perf_counter() - t0
             policy.model.train()
-            batch = grpo.build_batch(result.output, result.group_ids)
+            batch = grpo.build_batch(output, uids)
             metrics = grpo.update(policy.model, batch, config, algo, opt, sched, pad_id=policy.pad_id,
                                   temperature=cfg.rollout.temperature, bf16=policy.bf16)
             policy.engine.sync_weights()
@@ -188,7 +224,7 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
             callbacks.on_step(state.grpo_step, {"phase": "grpo", "time_s": time.perf_counter() - t0,
                                                 "rollout_s": t_rollout,
                                                 "rollout_tok_s": policy.engine.stats.tokens_per_second,
-                                                **rollout_metrics(result, algo.group_size),
+                                                **rollout_metrics(results, algo.group_size),
                                                 **metrics, "rss_gb": rss_gb()})
             bar.advance(job)
             if algo.save_every and state.grpo_step % algo.save_every == 0:

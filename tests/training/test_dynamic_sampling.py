@@ -1,0 +1,79 @@
+"""GRPO steps through SkyRL's dynamic sampling: which groups reach the update, and how many batches it costs."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from mcprl.data.sample import SkyRLSample
+from mcprl.training.checkpoint import TrainState
+from mcprl.training.config import AlgoConfig, DynamicSamplingConfig
+from mcprl.training.rollout import RolloutResult
+from mcprl.training.trainer import rollout_metrics, sample_step_batch
+
+
+def task(name: str) -> SkyRLSample:
+    return SkyRLSample("test", [{"role": "user", "content": name}], {"method": "rule", "ground_truth": {"task_id": name}})
+
+
+class ScriptedRollouts:
+    """Rewards by task name: 'mixed' tasks alternate 0/1 over a group, the others score `solved` for all."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def run(self, tasks, n, sampling):
+        self.batches.append([t.task_id for t in tasks])
+        samples = [t for t in tasks for _ in range(n)]
+        rewards = [float(i % 2) if s.task_id.startswith("mixed") else 1.0 for i, s in enumerate(samples)]
+        output = {"prompt_token_ids": [[1, 2]] * len(samples), "response_ids": [[3, 4]] * len(samples),
+                  "rewards": rewards, "loss_masks": [[1, 1]] * len(samples), "stop_reasons": ["stop"] * len(samples),
+                  "rollout_logprobs": [[-0.5, -0.5]] * len(samples), "rollout_metrics": {}}
+        records = [{"reward": r, "success": r > 0} for r in rewards]
+        return RolloutResult(samples, [s.task_id for s in samples], output, records)
+
+
+def step(names: list[str], ds: DynamicSamplingConfig, prompts: int = 2):
+    rollouts = ScriptedRollouts()
+    policy = SimpleNamespace(rollouts=rollouts)
+    algo = AlgoConfig(group_size=2, prompts_per_step=prompts, dynamic_sampling=ds)
+    state = TrainState()
+    output, uids, results = sample_step_batch(policy, algo, iter([task(n) for n in names]), state, {})
+    return output, uids, results, rollouts.batches, state
+
+
+def test_without_dynamic_sampling_one_batch_trains_as_sampled():
+    output, uids, results, batches, state = step(["solved-a", "mixed-b", "solved-c"], DynamicSamplingConfig())
+    assert batches == [["solved-a", "mixed-b"]] and state.grpo_prompts_drawn == 2
+    assert uids == ["0:solved-a", "0:solved-a", "1:mixed-b", "1:mixed-b"] and output["rewards"] == [1, 1, 0, 1]
+
+
+def test_filter_samples_until_enough_groups_have_reward_variance():
+    names = ["solved-a", "mixed-b", "solved-c", "solved-d", "mixed-e", "mixed-f"]
+    output, uids, results, batches, state = step(names, DynamicSamplingConfig(type="filter", max_sample_batches=5))
+    assert len(batches) == 3 and state.grpo_prompts_drawn == 6
+    assert sorted(set(uids)) == ["1:mixed-b", "4:mixed-e"]  # truncated to prompts_per_step groups
+    assert output["rewards"] == [0.0, 1.0, 0.0, 1.0]
+    metrics = rollout_metrics(results, 2)  # over every sampled rollout, the dropped ones included
+    assert metrics["sample_batches"] == 3 and metrics["frac_prompts_with_signal"] == pytest.approx(0.5)
+
+
+def test_filter_that_runs_out_of_batches_trains_on_what_it_collected():
+    names = ["solved-a", "mixed-b", "solved-c", "solved-d"]
+    output, uids, _, batches, _ = step(names, DynamicSamplingConfig(type="filter", max_sample_batches=2))
+    assert len(batches) == 2 and sorted(set(uids)) == ["1:mixed-b"]
+
+
+def test_a_task_drawn_twice_in_one_step_makes_two_groups():
+    output, uids, *_ = step(["mixed-a", "solved-b", "mixed-a", "solved-c"], DynamicSamplingConfig(type="filter"))
+    assert sorted(set(uids)) == ["0:mixed-a", "2:mixed-a"]
+
+
+def test_replace_copies_informative_groups_over_the_rest():
+    output, uids, _, batches, _ = step(["mixed-a", "solved-b"], DynamicSamplingConfig(type="replace"))
+    assert len(batches) == 1 and uids == ["0:mixed-a"] * 4 and output["rewards"] == [0.0, 1.0, 0.0, 1.0]
+
+
+def test_replace_samples_again_when_too_few_groups_are_informative():
+    names = ["solved-a", "solved-b", "mixed-c", "solved-d"]
+    output, uids, _, batches, _ = step(names, DynamicSamplingConfig(type="replace", min_replace_ratio=0.3))
+    assert len(batches) == 2 and set(uids) == {"2:mixed-c"}

@@ -1,0 +1,55 @@
+"""SFT's detached prompt: the same loss, a gradient that skips the prompt's activations, and guard rails."""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from mcprl.training.logprobs import selected_token_logprobs
+from mcprl.training.sft import SFTExample, collate, detachable_prefix, sft_step
+
+
+def _tiny() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                        num_attention_heads=4, num_key_value_heads=2))
+
+
+def _demo(n: int, first: int, seed: int) -> SFTExample:
+    ids = torch.randint(1, 64, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+    return SFTExample(ids, [i >= first for i in range(n)])
+
+
+def _grads(model) -> torch.Tensor:
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def test_prefix_is_what_precedes_every_rows_first_trained_token():
+    assert detachable_prefix([_demo(20, 7, 0), _demo(14, 5, 1)]) == 4
+    assert detachable_prefix([_demo(20, 0, 0)]) == 0
+    assert detachable_prefix([SFTExample([1, 2, 3], [False] * 3)]) == 2
+
+
+def test_detached_prefix_keeps_the_loss_and_changes_only_the_prompt_path_of_the_gradient():
+    model = _tiny()
+    batch = [_demo(24, 9, 0), _demo(18, 6, 1)]  # right-padded, different prompt lengths
+    ids, attention, select = collate(batch, pad_id=0)
+    full = selected_token_logprobs(model, ids, attention, select)
+    split = selected_token_logprobs(model, ids, attention, select, detached_prefix=detachable_prefix(batch))
+    torch.testing.assert_close(split.logprobs, full.logprobs, atol=1e-5, rtol=1e-5)
+
+    full_loss = sft_step(model, batch, 0, micro_batch_size=2, bf16=False)
+    g_full = _grads(model).clone()
+    model.zero_grad()
+    split_loss = sft_step(model, batch, 0, micro_batch_size=2, bf16=False, detach_prompt=True)
+    g_split = _grads(model)
+    assert split_loss["sft_loss"] == pytest.approx(full_loss["sft_loss"], abs=1e-5)
+    assert 0 < (g_split - g_full).norm() < g_full.norm()  # same direction mostly, not the same vector
+    cos = torch.nn.functional.cosine_similarity(g_split, g_full, dim=0)
+    assert cos > 0.5
+
+
+def test_a_selected_token_inside_the_detached_prefix_is_refused():
+    model = _tiny()
+    ids, attention, select = collate([_demo(12, 3, 0)], pad_id=0)
+    with pytest.raises(ValueError, match="detached prefix"):
+        selected_token_logprobs(model, ids, attention, select, detached_prefix=5)
