@@ -134,7 +134,7 @@ class DynamicSamplingConfig:
     """SkyRL's dynamic sampling (trainer.algorithm.dynamic_sampling), run by SkyRL's own functions."""
 
     type: Literal["filter", "replace"] | None = opt(
-        None, "filter (DAPO): drop groups whose rewards are all equal and sample more prompts until "
+        "filter", "filter (DAPO): drop groups whose rewards are all equal and sample more prompts until "
               "prompts_per_step groups remain; replace (POLARIS): swap such groups for copies of informative ones.")
     max_sample_batches: int = opt(
         3, "Rollout batches per step at most; then the step trains on what it has (SkyRL stops the run instead).")
@@ -150,7 +150,7 @@ class AlgoConfig:
         "token_mean", "How per-token losses are averaged.")
     group_size: int = opt(4, "Rollouts per prompt; advantages compare the rollouts of one prompt.")
     prompts_per_step: int = opt(3, "Prompts per GRPO step (the batch is prompts_per_step * group_size rollouts).")
-    steps: int = opt(6, "GRPO steps.")
+    steps: int = opt(4, "GRPO steps.")
     epochs: int = opt(1, "PPO epochs over each step's batch.")
     micro_batch_size: int = opt(2, "Rollouts per forward/backward pass (gradients accumulate).")
     lr: float = opt(1e-5, "Learning rate (a full fine-tune; LoRA wants about 1e-4).")
@@ -744,8 +744,11 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
     kl = "off" if a.kl_coef == 0 else f"{a.kl_coef} ({'loss' if a.use_kl_loss else 'in reward'}, {a.kl_estimator})"
     length = f"{cfg.sft.max_steps} steps" if cfg.sft.max_steps else f"{cfg.sft.epochs} epoch(s)"
     cap = f" (cap {cfg.sft.max_seconds:g} s)" if cfg.sft.max_seconds else ""
-    sft = (f"on: {length}{cap}, lr {cfg.sft.lr} ({cfg.sft.lr_scheduler}), batch {cfg.sft.batch_size}, "
+    prompt = ", prompt without gradient" if cfg.sft.detach_prompt else ""
+    sft = (f"on: {length}{cap}, lr {cfg.sft.lr} ({cfg.sft.lr_scheduler}), batch {cfg.sft.batch_size}{prompt}, "
            f"demos {_exists(cfg.data.experts_path())}") if cfg.sft.enabled else "off"
+    ds = a.dynamic_sampling
+    sampling = f"dynamic sampling {ds.type} (<= {ds.max_sample_batches} batches/step)" if ds.type else "no dynamic sampling"
     wandb = _wandb_line(cfg.logging.wandb)
     lines = [
         f"engine:     {engine}",
@@ -756,7 +759,7 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
         f"T={r.temperature}",
         f"algorithm:  {a.name}: advantage {a.advantage_estimator}, loss {a.policy_loss} ({a.loss_reduction}), "
         f"group {a.group_size} x {a.prompts_per_step} prompts, {a.steps} steps, lr {a.lr} ({a.lr_scheduler}), "
-        f"clip [{a.eps_clip_low}, {a.eps_clip_high}], kl {kl}",
+        f"clip [{a.eps_clip_low}, {a.eps_clip_high}], kl {kl}, {sampling}",
         f"sft:        {sft}",
         f"reward:     {cfg.reward.backend}",
         f"data:       train {_exists(Path(cfg.data.train))}, eval {_exists(Path(cfg.data.eval))}"
