@@ -42,7 +42,7 @@ def step(names: list[str], ds: DynamicSamplingConfig, prompts: int = 2):
 
 
 def test_without_dynamic_sampling_one_batch_trains_as_sampled():
-    output, uids, results, batches, state = step(["solved-a", "mixed-b", "solved-c"], DynamicSamplingConfig())
+    output, uids, results, batches, state = step(["solved-a", "mixed-b", "solved-c"], DynamicSamplingConfig(type=None))
     assert batches == [["solved-a", "mixed-b"]] and state.grpo_prompts_drawn == 2
     assert uids == ["0:solved-a", "0:solved-a", "1:mixed-b", "1:mixed-b"] and output["rewards"] == [1, 1, 0, 1]
 

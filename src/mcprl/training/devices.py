@@ -53,9 +53,10 @@ def release_memory(headroom_gb: float = TRIM_HEADROOM_GB) -> bool:
     """Hand freed heap back to the OS once the process has grown `headroom_gb` past its last trim.
 
     glibc keeps what a step's activations freed, fragmented by variable-length batches, so without
-    trimming RSS creeps by GBs per phase (SFT: 3.7 -> 6.9 GB over 30 steps). A trim after every step
-    kept it flat but cost 1.2 s of a 7.7 s step (malloc_trim, then page faults that re-zero the memory
-    the next step takes back); trimming only past the headroom keeps most of both.
+    trimming RSS creeps by GBs per phase (SFT: 3.7 -> 6.9 GB over 30 steps). Never trimming ran 8 SFT
+    steps 13% faster than a trim after each (page faults re-zeroing what the next step takes back);
+    trimming only past the headroom keeps RSS as flat (bench/sft_step.py), its speed within noise of
+    trimming every step there.
     """
     global _trimmed_at_gb
     gc.collect()
