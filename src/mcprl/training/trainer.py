@@ -185,14 +185,13 @@ def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSa
         results.append(result)
         uids = [f"{first + i // algo.group_size}:{g}" for i, g in enumerate(result.group_ids)]
         collected["sample_batch_count"] += 1
-        output, uids, more, state_out = handle_dynamic_sampling(result.output, uids, settings, collected)
+        output, uids, more, collected = handle_dynamic_sampling(result.output, uids, settings, collected)
         if not more:
             return output, uids, results
         if collected["sample_batch_count"] >= ds.max_sample_batches:
-            if ds.type == "filter" and state_out.get("collected_uids"):
-                return state_out["collected_generator_output"], state_out["collected_uids"], results
+            if collected.get("collected_uids"):  # filter: the groups with reward variance so far
+                return collected["collected_generator_output"], collected["collected_uids"], results
             return result.output, uids, results
-        collected = state_out if ds.type == "filter" else collected
 
 
 def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: TrainState, run_dir: Path,
