@@ -13,6 +13,7 @@ from mcprl.training.inference import (
     PromptTooLong,
     SamplingParams,
     UnsupportedSampling,
+    _length_buckets,
     _sample,
     generate_batch,
     make_generator,
@@ -57,6 +58,26 @@ def test_batched_greedy_equals_unbatched(smol, shared_system_prompt: bool) -> No
         assert together.token_ids == alone.token_ids and together.text == alone.text
         assert max(abs(a - b) for a, b in zip(together.logprobs, alone.logprobs)) < 1e-4
     assert not model.training
+
+
+def test_prefill_groups_rows_by_length_so_padding_stays_small() -> None:
+    assert _length_buckets([500, 480, 100, 90, 20]) == [[0, 1], [2, 3], [4]]
+    assert _length_buckets([40, 12, 30]) == [[0, 2, 1]]  # within 32 tokens: one forward
+
+
+def test_repeated_and_uneven_prompts_prefill_apart_and_decode_as_if_alone(smol) -> None:
+    """A GRPO group (the same prompt 3x) beside a much longer prompt: each distinct prompt is
+    prefilled once in its own length bucket, and every row decodes as it would alone."""
+    model, tokenizer = smol
+    short = chat(tokenizer, QUESTIONS[0], "Be brief.")
+    long = chat(tokenizer, QUESTIONS[2], SYSTEM * 4)
+    assert len(long) > 2 * len(short) + 32
+    greedy = {"temperature": 0, "max_tokens": 6}
+    together = generate_batch(model, tokenizer, [short, long, short, short], greedy)
+    for prompt, out in zip([short, long, short, short], together):
+        (alone,) = generate_batch(model, tokenizer, [prompt], greedy)
+        assert out.token_ids == alone.token_ids
+        assert max(abs(a - b) for a, b in zip(out.logprobs, alone.logprobs)) < 1e-4
 
 
 def test_logprobs_match_a_teacher_forced_forward_fp32(smol) -> None:

@@ -344,7 +344,7 @@ def _assign_prefixes(model: PreTrainedModel, rows: list[_Row], store: PrefixCach
             row.prefix = kv
 
 
-def _prefill(model: PreTrainedModel, rows: list[_Row], pad_id: int):
+def _prefill_padded(model: PreTrainedModel, rows: list[_Row], pad_id: int):
     """One forward over every row's uncached tokens. Layout per row: [pad][cached prefix][pad][new tokens];
     the attention mask hides both pads and position ids count real tokens only."""
     device = model.device
@@ -386,6 +386,60 @@ def _prefill(model: PreTrainedModel, rows: list[_Row], pad_id: int):
         logits_to_keep=_last(input_ids),
     ).logits[:, -1].float()
     return cache, attention, positions[:, -1:].to(device) + 1, logits
+
+
+_PAD_SLACK_TOKENS = 32  # padding per row a shared forward may add before a row starts its own bucket
+
+
+def _length_buckets(lengths: Sequence[int]) -> list[list[int]]:
+    """Indices grouped so that one padded forward per group wastes little: longest first, and a row
+    joins the open group unless it would be padded by more than a quarter and `_PAD_SLACK_TOKENS`."""
+    buckets: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        width = lengths[buckets[-1][0]] if buckets else 0
+        if buckets and (width - lengths[i] <= _PAD_SLACK_TOKENS or lengths[i] * 4 >= width * 3):
+            buckets[-1].append(i)
+        else:
+            buckets.append([i])
+    return buckets
+
+
+def _prefill(model: PreTrainedModel, rows: list[_Row], pad_id: int):
+    """Keys/values and next-token logits for every row's prompt, laid out [pad][prompt] for decoding.
+
+    A turn's new tokens vary a lot in length (tool results run from a dozen tokens to hundreds), so
+    one padded forward over all rows can compute twice the real tokens. Each distinct prompt is
+    prefilled once (the rows of a GRPO group share theirs), in buckets of similar length.
+    """
+    distinct: dict[tuple[int, tuple[int, ...]], int] = {}
+    owner = [distinct.setdefault((id(r.prefix), tuple(r.prompt)), len(distinct)) for r in rows]
+    firsts = [rows[owner.index(u)] for u in range(len(distinct))]
+    buckets = _length_buckets([len(r.prompt) - (len(r.prefix.ids) if r.prefix else 0) for r in firsts])
+    if len(buckets) == 1 and len(firsts) == len(rows):
+        return _prefill_padded(model, rows, pad_id)
+    kv: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in firsts]
+    last_logits: list[torch.Tensor] = [torch.empty(0)] * len(firsts)
+    for bucket in buckets:
+        cache, attention, _, logits = _prefill_padded(model, [firsts[u] for u in bucket], pad_id)
+        for slot, u in enumerate(bucket):
+            valid = attention[slot].nonzero().squeeze(-1)
+            kv[u] = [(layer.keys[slot][:, valid], layer.values[slot][:, valid]) for layer in cache.layers]
+            last_logits[u] = logits[slot]
+    width = max(len(r.prompt) for r in rows)
+    layers = []
+    for layer, (k0, v0) in enumerate(kv[0]):
+        keys = k0.new_zeros((len(rows), k0.shape[0], width, k0.shape[2]))
+        values = v0.new_zeros((len(rows), v0.shape[0], width, v0.shape[2]))
+        for i, u in enumerate(owner):
+            keys[i, :, width - len(rows[i].prompt) :] = kv[u][layer][0]
+            values[i, :, width - len(rows[i].prompt) :] = kv[u][layer][1]
+        layers.append((keys, values))
+    attention = torch.zeros((len(rows), width), dtype=torch.long, device=model.device)
+    for i, row in enumerate(rows):
+        attention[i, width - len(row.prompt) :] = 1
+    next_pos = torch.tensor([[len(r.prompt)] for r in rows], device=model.device)
+    logits = torch.stack([last_logits[u] for u in owner])
+    return DynamicCache(ddp_cache_data=layers, config=model.config), attention, next_pos, logits
 
 
 def _keep_kv(cache: DynamicCache, attention: torch.Tensor, slot: int, row: _Row, store: PrefixCache) -> None:

@@ -1,0 +1,100 @@
+"""Multi-turn GRPO rollouts on the real MCP servers, side by side: every row's new tokens prefilled in
+one padded forward, or each distinct prompt once in buckets of similar length (the engine's way).
+
+A turn's new tokens are the tool result, from a dozen tokens to several hundred, so one padded
+forward computes far more positions than there are tokens. Both variants run in their own process on
+the same tasks, seed and weights (a warm-started checkpoint: the base model calls no tools), with the
+trainer's rollout path: SkyRL's generator, `mcp_tool_env`, the embedded engine, 2 threads.
+
+    .venv/bin/python bench/multiturn_rollout.py [--checkpoint runs/quickstart/checkpoints/step_grpo_0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VARIANTS = {"all rows, one padded forward": "padded", "distinct prompts, by length": "bucketed"}
+
+
+def one(variant: str, checkpoint: Path, prompts: int, batches: int) -> dict[str, float]:
+    import mcprl.training.inference as inference
+    from mcprl.training.checkpoint import load_weights
+    from mcprl.training.config import load_train_config
+    from mcprl.training.policy import build_policy
+    from mcprl.training.trainer import prepare_data, prompt_stream
+
+    if variant == "padded":
+        inference._prefill = inference._prefill_padded
+    timed = {"prefill_s": 0.0, "computed": 0}
+    padded = inference._prefill_padded
+
+    def counting(model, rows, pad_id):  # every prefill forward goes through here
+        t0 = time.perf_counter()
+        out = padded(model, rows, pad_id)
+        timed["prefill_s"] += time.perf_counter() - t0
+        suffixes = [len(r.prompt) - (len(r.prefix.ids) if r.prefix is not None else 0) for r in rows]
+        timed["computed"] += len(rows) * max(suffixes)
+        return out
+
+    inference._prefill_padded = counting
+    if variant == "padded":
+        inference._prefill = counting
+    cfg = load_train_config(Path(__file__).parents[1] / "configs" / "quickstart.yaml")
+    policy = build_policy(cfg)
+    load_weights(checkpoint, policy.model)
+    tasks, _, _ = prepare_data(cfg)
+    stream = prompt_stream(tasks, cfg.run.seed)
+    sampling = policy.rollouts.sampling(cfg.rollout.temperature)
+    wall, generated, episodes = 0.0, 0, 0
+    for _ in range(batches):
+        chosen = [next(stream) for _ in range(prompts)]
+        t0 = time.perf_counter()
+        result = policy.rollouts.run(chosen, cfg.algo.group_size, sampling)
+        wall += time.perf_counter() - t0
+        generated += sum(sum(mask) for mask in result.output["loss_masks"])
+        episodes += len(result.trajectories)
+    policy.engine.close()
+    return {"wall_s": wall, "episodes": episodes, "generated": generated, **timed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", type=Path, default=Path("runs/quickstart/checkpoints/step_grpo_0"))
+    parser.add_argument("--prompts", type=int, default=3, help="prompts per rollout batch (x group_size episodes)")
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--one", choices=sorted(VARIANTS.values()))
+    args = parser.parse_args()
+    if not (args.checkpoint / "training.pt").exists():
+        sys.exit(f"{args.checkpoint} is not a checkpoint; `make train` writes runs/quickstart/checkpoints/step_grpo_0")
+    if args.one:
+        print(json.dumps(one(args.one, args.checkpoint, args.prompts, args.batches)))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    results = {}
+    for name, variant in VARIANTS.items():
+        out = subprocess.run([sys.executable, __file__, "--one", variant, "--checkpoint", str(args.checkpoint),
+                              "--prompts", str(args.prompts), "--batches", str(args.batches)],
+                             capture_output=True, text=True, check=True)
+        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    base = results["all rows, one padded forward"]
+    table = Table(title=f"GRPO rollouts: {args.batches} batches x {args.prompts} prompts x group 4, multi-turn")
+    for col in ("prefill", "episodes", "rollout s", "prefill s", "positions prefilled", "gen tok/s",
+                "speedup"):
+        table.add_column(col, justify="right")
+    for name, r in results.items():
+        table.add_row(name, str(r["episodes"]), f"{r['wall_s']:.1f}", f"{r['prefill_s']:.1f}",
+                      str(r["computed"]), f"{r['generated'] / r['wall_s']:.1f}",
+                      f"{base['wall_s'] / r['wall_s']:.2f}x")
+    Console(width=140).print(table)
+    print(f"result: multiturn_rollout_speedup={base['wall_s'] / results['distinct prompts, by length']['wall_s']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
