@@ -165,7 +165,7 @@ class AlgoConfig:
     grpo_norm_by_std: bool = opt(True, "Divide group-relative advantages by the group's reward std.")
     save_every: int = opt(5, "Checkpoint every N GRPO steps (0: only at the end).")
     lr_scheduler: LRSchedule = opt("constant", "Learning-rate schedule after warm-up.")
-    warmup_steps: int = opt(0, "Linear warm-up steps.")
+    warmup_steps: int = opt(2, "Linear warm-up steps: a full fine-tune's first AdamW step moves every weight by ~lr.")
     health_patience: int = opt(3, "Stop after this many GRPO steps with zero ratio std despite signal (0: never).")
     dynamic_sampling: DynamicSamplingConfig = opt(
         DynamicSamplingConfig(), "Resample prompts whose group has no reward variance (no GRPO gradient).")
