@@ -28,8 +28,6 @@ def one(variant: str, checkpoint: Path, prompts: int, batches: int) -> dict[str,
     from mcprl.training.policy import build_policy
     from mcprl.training.trainer import prepare_data, prompt_stream
 
-    if variant == "padded":
-        inference._prefill = inference._prefill_padded
     timed = {"prefill_s": 0.0, "computed": 0}
     padded = inference._prefill_padded
 
@@ -37,8 +35,7 @@ def one(variant: str, checkpoint: Path, prompts: int, batches: int) -> dict[str,
         t0 = time.perf_counter()
         out = padded(model, rows, pad_id)
         timed["prefill_s"] += time.perf_counter() - t0
-        suffixes = [len(r.prompt) - (len(r.prefix.ids) if r.prefix is not None else 0) for r in rows]
-        timed["computed"] += len(rows) * max(suffixes)
+        timed["computed"] += len(rows) * max(r.new_tokens for r in rows)
         return out
 
     inference._prefill_padded = counting

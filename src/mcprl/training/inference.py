@@ -321,6 +321,16 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     reason: StopReason | None = None
 
+    @property
+    def cached(self) -> int:
+        """Prompt tokens whose keys/values come from `prefix`."""
+        return len(self.prefix.ids) if self.prefix is not None else 0
+
+    @property
+    def new_tokens(self) -> int:
+        """Prompt tokens the prefill has to compute."""
+        return len(self.prompt) - self.cached
+
 
 _MIN_SHARED_PREFIX = 16  # tokens; below this a separate prefill costs more than it saves
 
@@ -344,28 +354,47 @@ def _assign_prefixes(model: PreTrainedModel, rows: list[_Row], store: PrefixCach
             row.prefix = kv
 
 
+_Layers = list[tuple[torch.Tensor, torch.Tensor]]  # (keys, values) per layer, each [kv_heads, len, head_dim]
+
+
+def _left_padded(entries: Sequence[_Layers | None], width: int) -> tuple[_Layers, torch.Tensor]:
+    """Rows' keys/values right-aligned in [rows, kv_heads, width, head_dim] tensors (None: no keys/values),
+    and the [rows, width] mask of their real positions."""
+    lengths = [entry[0][0].shape[1] if entry is not None else 0 for entry in entries]
+    template = next(entry for entry in entries if entry is not None)
+    layers = []
+    for layer, (k0, v0) in enumerate(template):
+        keys = k0.new_zeros((len(entries), k0.shape[0], width, k0.shape[2]))
+        values = v0.new_zeros((len(entries), v0.shape[0], width, v0.shape[2]))
+        for i, entry in enumerate(entries):
+            if entry is not None:
+                keys[i, :, width - lengths[i] :] = entry[layer][0]
+                values[i, :, width - lengths[i] :] = entry[layer][1]
+        layers.append((keys, values))
+    mask = torch.zeros((len(entries), width), dtype=torch.long)
+    for i, n in enumerate(lengths):
+        mask[i, width - n :] = 1  # n = 0 selects nothing
+    return layers, mask
+
+
+def _row_layers(cache: DynamicCache, attention: torch.Tensor, slot: int) -> _Layers:
+    """One row's keys/values at its real (unmasked) positions, copied out of the batch."""
+    valid = attention[slot].nonzero().squeeze(-1)
+    return [(layer.keys[slot][:, valid], layer.values[slot][:, valid]) for layer in cache.layers]
+
+
 def _prefill_padded(model: PreTrainedModel, rows: list[_Row], pad_id: int):
     """One forward over every row's uncached tokens. Layout per row: [pad][cached prefix][pad][new tokens];
     the attention mask hides both pads and position ids count real tokens only."""
     device = model.device
-    reused = [len(r.prefix.ids) if r.prefix is not None else 0 for r in rows]
+    reused = [r.cached for r in rows]
     width_cached = max(reused)
-    cached_mask = torch.zeros((len(rows), width_cached), dtype=torch.long)
     if width_cached:
-        layers = []
-        template = next(r.prefix for r in rows if r.prefix is not None)
-        for layer, (k0, v0) in enumerate(template.layers):
-            keys = k0.new_zeros((len(rows), k0.shape[0], width_cached, k0.shape[2]))
-            values = v0.new_zeros((len(rows), v0.shape[0], width_cached, v0.shape[2]))
-            for i, row in enumerate(rows):
-                if row.prefix is not None:
-                    keys[i, :, width_cached - reused[i] :] = row.prefix.layers[layer][0]
-                    values[i, :, width_cached - reused[i] :] = row.prefix.layers[layer][1]
-            layers.append((keys, values))
+        layers, cached_mask = _left_padded([r.prefix.layers if r.prefix is not None else None for r in rows],
+                                           width_cached)
         cache = DynamicCache(ddp_cache_data=layers, config=model.config)
-        for i, n in enumerate(reused):
-            cached_mask[i, width_cached - n :] = 1
     else:
+        cached_mask = torch.zeros((len(rows), 0), dtype=torch.long)
         cache = DynamicCache(config=model.config)
     suffixes = [row.prompt[n:] for row, n in zip(rows, reused)]
     width = max(len(s) for s in suffixes)
@@ -414,29 +443,18 @@ def _prefill(model: PreTrainedModel, rows: list[_Row], pad_id: int):
     distinct: dict[tuple[int, tuple[int, ...]], int] = {}
     owner = [distinct.setdefault((id(r.prefix), tuple(r.prompt)), len(distinct)) for r in rows]
     firsts = [rows[owner.index(u)] for u in range(len(distinct))]
-    buckets = _length_buckets([len(r.prompt) - (len(r.prefix.ids) if r.prefix else 0) for r in firsts])
+    buckets = _length_buckets([r.new_tokens for r in firsts])
     if len(buckets) == 1 and len(firsts) == len(rows):
         return _prefill_padded(model, rows, pad_id)
-    kv: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in firsts]
+    kv: list[_Layers] = [[] for _ in firsts]
     last_logits: list[torch.Tensor] = [torch.empty(0)] * len(firsts)
     for bucket in buckets:
         cache, attention, _, logits = _prefill_padded(model, [firsts[u] for u in bucket], pad_id)
         for slot, u in enumerate(bucket):
-            valid = attention[slot].nonzero().squeeze(-1)
-            kv[u] = [(layer.keys[slot][:, valid], layer.values[slot][:, valid]) for layer in cache.layers]
+            kv[u] = _row_layers(cache, attention, slot)
             last_logits[u] = logits[slot]
-    width = max(len(r.prompt) for r in rows)
-    layers = []
-    for layer, (k0, v0) in enumerate(kv[0]):
-        keys = k0.new_zeros((len(rows), k0.shape[0], width, k0.shape[2]))
-        values = v0.new_zeros((len(rows), v0.shape[0], width, v0.shape[2]))
-        for i, u in enumerate(owner):
-            keys[i, :, width - len(rows[i].prompt) :] = kv[u][layer][0]
-            values[i, :, width - len(rows[i].prompt) :] = kv[u][layer][1]
-        layers.append((keys, values))
-    attention = torch.zeros((len(rows), width), dtype=torch.long, device=model.device)
-    for i, row in enumerate(rows):
-        attention[i, width - len(row.prompt) :] = 1
+    layers, attention = _left_padded([kv[u] for u in owner], max(len(r.prompt) for r in rows))
+    attention = attention.to(model.device)
     next_pos = torch.tensor([[len(r.prompt)] for r in rows], device=model.device)
     logits = torch.stack([last_logits[u] for u in owner])
     return DynamicCache(ddp_cache_data=layers, config=model.config), attention, next_pos, logits
@@ -444,9 +462,7 @@ def _prefill(model: PreTrainedModel, rows: list[_Row], pad_id: int):
 
 def _keep_kv(cache: DynamicCache, attention: torch.Tensor, slot: int, row: _Row, store: PrefixCache) -> None:
     """Store a finished row's keys/values (prompt + all generated tokens but the last, never fed)."""
-    valid = attention[slot].nonzero().squeeze(-1)
-    layers = [(layer.keys[slot][:, valid].clone(), layer.values[slot][:, valid].clone()) for layer in cache.layers]
-    store.add(_KV(row.prompt + row.ids[:-1], layers), replaces=row.prefix_key)
+    store.add(_KV(row.prompt + row.ids[:-1], _row_layers(cache, attention, slot)), replaces=row.prefix_key)
 
 
 def _generate_chunk(
