@@ -77,3 +77,17 @@ def test_replace_samples_again_when_too_few_groups_are_informative():
     names = ["solved-a", "solved-b", "mixed-c", "solved-d"]
     output, uids, _, batches, _ = step(names, DynamicSamplingConfig(type="replace", min_replace_ratio=0.3))
     assert len(batches) == 2 and set(uids) == {"2:mixed-c"}
+
+
+def test_filter_survives_batches_in_a_row_without_any_informative_group():
+    """SkyRL concatenates its (empty) collection with each new filtered batch and fails on two empties."""
+    names = ["solved-a", "solved-b", "solved-c", "solved-d", "mixed-e", "solved-f"]
+    output, uids, _, batches, _ = step(names, DynamicSamplingConfig(type="filter", max_sample_batches=3))
+    assert len(batches) == 3 and sorted(set(uids)) == ["4:mixed-e"]
+    assert output["rewards"] == [0.0, 1.0]
+
+
+def test_filter_with_no_informative_group_at_all_trains_on_the_last_batch_as_sampled():
+    names = [f"solved-{i}" for i in range(6)]
+    output, uids, _, batches, _ = step(names, DynamicSamplingConfig(type="filter", max_sample_batches=3))
+    assert len(batches) == 3 and sorted(set(uids)) == ["4:solved-4", "5:solved-5"]

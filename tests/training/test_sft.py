@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from mcprl.training.logprobs import selected_token_logprobs
-from mcprl.training.sft import SFTExample, collate, detachable_prefix, sft_step
+from mcprl.training.logprobs import detachable_prefix, selected_token_logprobs
+from mcprl.training.sft import SFTExample, collate, sft_step
 
 
 def _tiny() -> LlamaForCausalLM:
@@ -23,10 +23,14 @@ def _grads(model) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
 
+def _prefix(batch: list[SFTExample]) -> int:
+    return detachable_prefix(collate(batch, 0)[2])
+
+
 def test_prefix_is_what_precedes_every_rows_first_trained_token():
-    assert detachable_prefix([_demo(20, 7, 0), _demo(14, 5, 1)]) == 4
-    assert detachable_prefix([_demo(20, 0, 0)]) == 0
-    assert detachable_prefix([SFTExample([1, 2, 3], [False] * 3)]) == 2
+    assert _prefix([_demo(20, 7, 0), _demo(14, 5, 1)]) == 4
+    assert _prefix([_demo(20, 0, 0)]) == 0
+    assert _prefix([SFTExample([1, 2, 3], [False] * 3)]) == 2
 
 
 def test_detached_prefix_keeps_the_loss_and_changes_only_the_prompt_path_of_the_gradient():
@@ -34,7 +38,7 @@ def test_detached_prefix_keeps_the_loss_and_changes_only_the_prompt_path_of_the_
     batch = [_demo(24, 9, 0), _demo(18, 6, 1)]  # right-padded, different prompt lengths
     ids, attention, select = collate(batch, pad_id=0)
     full = selected_token_logprobs(model, ids, attention, select)
-    split = selected_token_logprobs(model, ids, attention, select, detached_prefix=detachable_prefix(batch))
+    split = selected_token_logprobs(model, ids, attention, select, detached_prefix=_prefix(batch))
     torch.testing.assert_close(split.logprobs, full.logprobs, atol=1e-5, rtol=1e-5)
 
     full_loss = sft_step(model, batch, 0, micro_batch_size=2, bf16=False)

@@ -27,7 +27,7 @@ from skyrl.backends.skyrl_train.utils.ppo_utils import (
 from skyrl.train.config import AlgorithmConfig
 
 from mcprl.training.config import AlgoConfig
-from mcprl.training.logprobs import selected_token_logprobs
+from mcprl.training.logprobs import detachable_prefix, selected_token_logprobs
 
 
 @dataclass
@@ -141,12 +141,13 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
     total_tokens = batch.loss_mask.sum().clamp(min=1)
     metrics: dict[str, float] = {"active_rows": float(len(active)), "rows": float(batch.size)}
     for _ in range(max(1, algo.epochs)):
-        sums = {"loss": 0.0, "ratio": 0.0, "ratio_sq": 0.0, "kl": 0.0, "entropy": 0.0, "clip": 0.0, "tokens": 0.0}
+        sums = {"loss": 0.0, "dev": 0.0, "dev_sq": 0.0, "kl": 0.0, "entropy": 0.0, "clip": 0.0, "tokens": 0.0}
         for start in range(0, len(active), algo.micro_batch_size):
             rows = active[start:start + algo.micro_batch_size]
             ids, attention, select = _micro_tensors(batch, rows, pad_id)
+            prefix = detachable_prefix(select) if algo.detach_prompt else 0
             stats = selected_token_logprobs(model, ids, attention, select, temperature=temperature, bf16=bf16,
-                                            with_entropy=True)
+                                            with_entropy=True, detached_prefix=prefix)
             mask = batch.loss_mask[rows]
             logp = _scatter(stats.logprobs, mask)
             old = batch.old_logprobs[rows]
@@ -157,11 +158,13 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
             loss.backward()
             with torch.no_grad():
                 n = mask.sum().item()
-                log_ratio = (logp - old)[mask.bool()]
-                ratio = log_ratio.exp()
+                log_ratio = (logp - old)[mask.bool()].double()
+                # ratio - 1 in float64: on-policy ratios sit within 1e-6 of 1, where float32 sums of ratio and
+                # ratio^2 cancel to a std of 0 (or 1e-4 of noise) and would trip the health check
+                dev = torch.expm1(log_ratio)
                 sums["loss"] += loss.item()
-                sums["ratio"] += ratio.sum().item()
-                sums["ratio_sq"] += (ratio ** 2).sum().item()
+                sums["dev"] += dev.sum().item()
+                sums["dev_sq"] += (dev ** 2).sum().item()
                 sums["kl"] += (-log_ratio).sum().item()
                 sums["entropy"] += stats.entropy.sum().item() if stats.entropy is not None else 0.0
                 sums["clip"] += loss_metrics.get("clip_ratio", 0.0) * n
@@ -172,10 +175,10 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
     n = max(sums["tokens"], 1.0)
-    mean = sums["ratio"] / n
+    mean_dev = sums["dev"] / n
     metrics.update({
-        "policy_loss": sums["loss"], "ratio_mean": mean if sums["tokens"] else 1.0,
-        "ratio_std": max(0.0, sums["ratio_sq"] / n - mean ** 2) ** 0.5 if sums["tokens"] else 0.0,
+        "policy_loss": sums["loss"], "ratio_mean": 1.0 + mean_dev,
+        "ratio_std": max(0.0, sums["dev_sq"] / n - mean_dev ** 2) ** 0.5,
         "kl": sums["kl"] / n, "entropy": sums["entropy"] / n, "clip_frac": sums["clip"] / n,
         "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0], "trained_tokens": sums["tokens"],
         "adv_abs_mean": float(adv.abs().sum() / total_tokens),

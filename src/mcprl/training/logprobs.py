@@ -32,6 +32,13 @@ def _base_and_head(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Mo
     return inner.model, inner.lm_head
 
 
+def detachable_prefix(select: torch.Tensor) -> int:
+    """Positions before every row's first selected token, less the one that predicts it: the prompt
+    part a forward pass may encode without gradient (`detached_prefix` below)."""
+    firsts = [int(row.nonzero()[0]) if row.any() else select.shape[1] for row in select]
+    return max(0, min(firsts, default=1) - 1)
+
+
 def selected_token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                             select: torch.Tensor, *, temperature: float = 1.0, bf16: bool = False,
                             with_entropy: bool = False, detached_prefix: int = 0) -> TokenStats:

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from mcprl.training.logprobs import selected_token_logprobs
+from mcprl.training.logprobs import detachable_prefix, selected_token_logprobs
 
 
 @dataclass
@@ -74,12 +74,6 @@ def collate(batch: list[SFTExample], pad_id: int) -> tuple[torch.Tensor, torch.T
     return ids, attention, select
 
 
-def detachable_prefix(batch: list[SFTExample]) -> int:
-    """Positions before every row's first trained token, less the one that predicts it."""
-    firsts = [x.loss_mask.index(True) if any(x.loss_mask) else len(x.loss_mask) for x in batch]
-    return max(0, min(firsts) - 1)
-
-
 def sft_step(model: PreTrainedModel, batch: list[SFTExample], pad_id: int, *, micro_batch_size: int,
              bf16: bool, detach_prompt: bool = False) -> dict[str, float]:
     """Accumulate gradients of the token-mean NLL over the batch; the caller steps the optimizer."""
@@ -88,7 +82,7 @@ def sft_step(model: PreTrainedModel, batch: list[SFTExample], pad_id: int, *, mi
     for i in range(0, len(batch), micro_batch_size):
         micro = batch[i:i + micro_batch_size]
         ids, attention, select = collate(micro, pad_id)
-        prefix = detachable_prefix(micro) if detach_prompt else 0
+        prefix = detachable_prefix(select) if detach_prompt else 0
         stats = selected_token_logprobs(model, ids, attention, select, bf16=bf16, detached_prefix=prefix)
         loss = -stats.logprobs.sum() / max(total_tokens, 1)
         loss.backward()

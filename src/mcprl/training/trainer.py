@@ -185,6 +185,11 @@ def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSa
         results.append(result)
         uids = [f"{first + i // algo.group_size}:{g}" for i, g in enumerate(result.group_ids)]
         collected["sample_batch_count"] += 1
+        if not collected.get("collected_uids", True):
+            # an empty collection so far: start it afresh, as SkyRL's concatenation of two empty outputs
+            # fails computing their metrics (np.min of no tokens; skyrl 0.3.0)
+            for key in ("collected_generator_output", "collected_uids", "num_prompts_in_batch"):
+                collected.pop(key)
         output, uids, more, collected = handle_dynamic_sampling(result.output, uids, settings, collected)
         if not more:
             return output, uids, results
@@ -258,6 +263,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
     torch.manual_seed(cfg.run.seed)
     train_tasks, eval_tasks, experts_path = prepare_data(cfg)
     policy = build_policy(cfg)
+    if cfg.model.dtype == "auto" and not policy.bf16 and next(policy.model.parameters()).device.type == "cpu":
+        console.print("[yellow]fp32: this CPU has neither AMX nor AVX512-BF16, so steps take about twice as long as "
+                      "in bf16; sft.max_seconds may stop SFT before sft.max_steps (docs/benchmarks.md)[/yellow]")
     checkpoint = resume_from or (latest_checkpoint(run_dir) if resume else None)
     state = TrainState(phase="sft" if cfg.sft.enabled else "grpo")
     if checkpoint is not None:

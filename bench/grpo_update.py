@@ -1,0 +1,105 @@
+"""One GRPO update of the quickstart's full fine-tune, side by side: the prompt encoded with gradient,
+or without (`algo.detach_prompt`, as SFT does).
+
+The batch has the shape of a quickstart step: 3 groups of 4 multi-turn trajectories (system prompt and
+task, then assistant calls, tool results and the answer; only the assistant tokens trained). The
+trajectories are the rule generator's expert demos, so the bench needs no warm-start checkpoint; each
+group gets rewards 1, 0, 1, 0, so every row carries a gradient, as under filter sampling. Behaviour
+logprobs are the current model's, as on-policy rollouts give. Each variant runs in its own process on
+the same batches: `selected_token_logprobs`'s forward/backward in micro-batches of 2, grad clip, fused
+AdamW, bf16 autocast where the CPU has it, 2 threads.
+
+    .venv/bin/python bench/grpo_update.py [--steps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+VARIANTS = {"prompt with gradient": False, "prompt without gradient (detach_prompt)": True}
+GROUPS, GROUP_SIZE = 3, 4
+
+
+def one(detach: bool, steps: int) -> dict[str, float]:
+    import random
+
+    import torch
+
+    from mcprl.data.rules import generate
+    from mcprl.training import grpo
+    from mcprl.training.config import AlgoConfig
+    from mcprl.training.devices import pick_dtype
+    from mcprl.training.logprobs import selected_token_logprobs
+    from mcprl.training.model import load_model
+    from mcprl.training.sft import tokenize_conversation
+
+    torch.set_num_threads(2)
+    model, tokenizer = load_model("smollm2-135m", dtype="float32", device="cpu")
+    model.train()
+    bf16 = pick_dtype("cpu") == torch.bfloat16
+    demos = [tokenize_conversation(e["messages"], tokenizer, 1024) for e in generate(300, 1, progress=False).experts]
+    rng = random.Random(0)
+    algo = AlgoConfig(detach_prompt=detach)
+    config = grpo.skyrl_algorithm_config(algo, 1.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=algo.lr, fused=True)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    seconds, tokens, losses = 0.0, 0.0, []
+    for _ in range(steps):
+        rows = [d for d in rng.sample(demos, GROUPS) for _ in range(GROUP_SIZE)]
+        firsts = [d.loss_mask.index(True) for d in rows]
+        batch = grpo.build_batch({
+            "prompt_token_ids": [d.input_ids[:f] for d, f in zip(rows, firsts)],
+            "response_ids": [d.input_ids[f:] for d, f in zip(rows, firsts)],
+            "loss_masks": [[int(m) for m in d.loss_mask[f:]] for d, f in zip(rows, firsts)],
+            "rewards": [float(i % 2 == 0) for i in range(len(rows))],
+            "rollout_logprobs": [[0.0] * (len(d.input_ids) - f) for d, f in zip(rows, firsts)],
+        }, [f"g{i // GROUP_SIZE}" for i in range(len(rows))])
+        ids, attention, select = grpo._micro_tensors(batch, list(range(batch.size)), tokenizer.pad_token_id)
+        with torch.no_grad():
+            own = torch.cat([selected_token_logprobs(model, ids[i:i + 2], attention[i:i + 2], select[i:i + 2],
+                                                     bf16=bf16).logprobs for i in range(0, batch.size, 2)])
+        batch.old_logprobs = grpo._scatter(own, batch.loss_mask)
+        t0 = time.perf_counter()
+        metrics = grpo.update(model, batch, config, algo, opt, sched, pad_id=tokenizer.pad_token_id,
+                              temperature=1.0, bf16=bf16)
+        seconds += time.perf_counter() - t0
+        tokens += sum(len(d.input_ids) for d in rows)
+        losses.append(metrics["policy_loss"])
+    return {"s_per_update": seconds / steps, "positions": tokens / steps, "loss": sum(losses) / steps,
+            "bf16": float(bf16)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--one", choices=["0", "1"])
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one == "1", args.steps)))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    results = {}
+    for name, detach in VARIANTS.items():
+        out = subprocess.run([sys.executable, __file__, "--one", "1" if detach else "0", "--steps", str(args.steps)],
+                             capture_output=True, text=True, check=True)
+        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    base, best = (results[name]["s_per_update"] for name in VARIANTS)
+    precision = "bf16 autocast" if results[next(iter(VARIANTS))]["bf16"] else "fp32"
+    table = Table(title=f"GRPO update, full fine-tune, {GROUPS}x{GROUP_SIZE} multi-turn rows, {precision}")
+    for col in ("variant", "s/update", "speedup", "positions/update", "mean policy loss"):
+        table.add_column(col, justify="right")
+    for name, r in results.items():
+        table.add_row(name, f"{r['s_per_update']:.2f}", f"{base / r['s_per_update']:.2f}x", f"{r['positions']:.0f}",
+                      f"{r['loss']:.5f}")
+    Console().print(table)
+    print(f"result: grpo_update_speedup={base / best:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""GRPO's update on a tiny model: on-policy ratios of 1, zero-advantage groups skipped, and the detached
+prompt giving the same loss and ratios with a gradient that differs only in the prompt's path."""
+
+import copy
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from mcprl.training import grpo
+from mcprl.training.config import AlgoConfig
+from mcprl.training.logprobs import selected_token_logprobs
+
+
+def _tiny() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                        num_attention_heads=4, num_key_value_heads=2))
+
+
+def _batch(model: LlamaForCausalLM, rewards: list[float]) -> grpo.GRPOBatch:
+    """Two rows per group, prompts of 9 and 6 tokens, responses whose middle (a tool output) is not trained;
+    behaviour logprobs are the model's own, as a rollout engine on the same weights would return."""
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(1, 64, (9 if i < 2 else 6,), generator=g).tolist() for i in range(len(rewards))]
+    responses = [torch.randint(1, 64, (8,), generator=g).tolist() for _ in rewards]
+    masks = [[1, 1, 1, 0, 0, 1, 1, 1] for _ in rewards]
+    batch = grpo.build_batch({"prompt_token_ids": prompts, "response_ids": responses, "loss_masks": masks,
+                              "rewards": rewards, "rollout_logprobs": [[0.0] * 8 for _ in rewards]},
+                             [f"g{i // 2}" for i in range(len(rewards))])
+    rows = list(range(batch.size))
+    ids, attention, select = grpo._micro_tensors(batch, rows, pad_id=0)
+    with torch.no_grad():
+        own = selected_token_logprobs(model, ids, attention, select).logprobs
+    batch.old_logprobs = grpo._scatter(own, batch.loss_mask)
+    return batch
+
+
+def _update(model: LlamaForCausalLM, batch: grpo.GRPOBatch, **algo_overrides) -> tuple[dict, torch.Tensor]:
+    algo = AlgoConfig(**algo_overrides)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    metrics = grpo.update(model, batch, grpo.skyrl_algorithm_config(algo, 1.0), algo, opt, sched, pad_id=0,
+                          temperature=1.0, bf16=False)
+    after = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return metrics, before - after  # lr 1 SGD: the step is the clipped gradient
+
+
+def test_on_policy_ratios_are_one_and_solved_groups_carry_no_gradient():
+    model = _tiny()
+    metrics, step = _update(model, _batch(model, [1.0, 0.0, 1.0, 1.0]), detach_prompt=False)
+    assert metrics["active_rows"] == 2  # the second group scored the same twice: no advantage
+    assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert metrics["ratio_std"] == pytest.approx(0.0, abs=1e-3)
+    assert step.norm() > 0
+
+
+def test_detached_prompt_keeps_loss_and_ratios_and_changes_only_the_prompt_path_of_the_gradient():
+    model = _tiny()
+    batch = _batch(model, [1.0, 0.0, 0.0, 1.0])
+    full, step_full = _update(copy.deepcopy(model), copy.deepcopy(batch), detach_prompt=False)
+    split, step_split = _update(copy.deepcopy(model), copy.deepcopy(batch), detach_prompt=True)
+    for key in ("policy_loss", "ratio_mean", "ratio_std", "entropy", "trained_tokens", "active_rows"):
+        assert split[key] == pytest.approx(full[key], abs=1e-5), key
+    assert 0 < (step_split - step_full).norm() < step_full.norm()
+    assert torch.nn.functional.cosine_similarity(step_split, step_full, dim=0) > 0.5
+
+
+def test_ratio_std_resolves_the_tiny_spread_of_on_policy_ratios():
+    """fp32 sampler and trainer agree to ~1e-6: the std must show that spread, not cancel to 0 (which
+    would trip the health check) nor inflate it to float32 noise."""
+    model = _tiny()
+    batch = _batch(model, [1.0, 0.0, 0.0, 1.0])
+    n = int(batch.loss_mask.sum())
+    signs = torch.tensor([(-1.0) ** i for i in range(n)])
+    batch.old_logprobs = batch.old_logprobs + 1e-6 * grpo._scatter(signs, batch.loss_mask)
+    metrics, _ = _update(model, batch, detach_prompt=False)
+    assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert metrics["ratio_std"] == pytest.approx(1e-6, rel=0.2)
