@@ -47,7 +47,7 @@ def one(detach: bool, steps: int) -> dict[str, float]:
     config = grpo.skyrl_algorithm_config(algo, 1.0)
     opt = torch.optim.AdamW(model.parameters(), lr=algo.lr, fused=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
-    seconds, tokens, losses = 0.0, 0.0, []
+    seconds, tokens, norms = 0.0, 0.0, []
     for _ in range(steps):
         rows = [d for d in rng.sample(demos, GROUPS) for _ in range(GROUP_SIZE)]
         firsts = [d.loss_mask.index(True) for d in rows]
@@ -68,8 +68,8 @@ def one(detach: bool, steps: int) -> dict[str, float]:
                               temperature=1.0, bf16=bf16)
         seconds += time.perf_counter() - t0
         tokens += sum(len(d.input_ids) for d in rows)
-        losses.append(metrics["policy_loss"])
-    return {"s_per_update": seconds / steps, "positions": tokens / steps, "loss": sum(losses) / steps,
+        norms.append(metrics["grad_norm"])
+    return {"s_per_update": seconds / steps, "positions": tokens / steps, "grad_norm": norms[0],
             "bf16": float(bf16)}
 
 
@@ -92,11 +92,11 @@ def main() -> None:
     base, best = (results[name]["s_per_update"] for name in VARIANTS)
     precision = "bf16 autocast" if results[next(iter(VARIANTS))]["bf16"] else "fp32"
     table = Table(title=f"GRPO update, full fine-tune, {GROUPS}x{GROUP_SIZE} multi-turn rows, {precision}")
-    for col in ("variant", "s/update", "speedup", "positions/update", "mean policy loss"):
+    for col in ("variant", "s/update", "speedup", "positions/update", "grad norm, step 1"):
         table.add_column(col, justify="right")
     for name, r in results.items():
         table.add_row(name, f"{r['s_per_update']:.2f}", f"{base / r['s_per_update']:.2f}x", f"{r['positions']:.0f}",
-                      f"{r['loss']:.5f}")
+                      f"{r['grad_norm']:.4f}")
     Console().print(table)
     print(f"result: grpo_update_speedup={base / best:.2f}")
 
