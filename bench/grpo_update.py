@@ -3,8 +3,9 @@ or without (`algo.detach_prompt`, as SFT does).
 
 The batch has the shape of a quickstart step: 3 groups of 4 multi-turn trajectories (system prompt and
 task, then assistant calls, tool results and the answer; only the assistant tokens trained). The
-trajectories are the rule generator's expert demos, so the bench needs no warm-start checkpoint; each
-group gets rewards 1, 0, 1, 0, so every row carries a gradient, as under filter sampling. Behaviour
+trajectories are the rule generator's expert demos, so the bench needs no warm-start checkpoint: a
+group's four rows share a demo's prompt and keep 100/85/70/55% of its response (rollouts that stop at
+different points), with rewards 1, 0, 1, 0, so every row carries a gradient, as under filter sampling. Behaviour
 logprobs are the current model's, as on-policy rollouts give. Each variant runs in its own process on
 the same batches: `selected_token_logprobs`'s forward/backward in micro-batches of 2, grad clip, fused
 AdamW, bf16 autocast where the CPU has it, 2 threads.
@@ -22,6 +23,7 @@ import time
 
 VARIANTS = {"prompt with gradient": False, "prompt without gradient (detach_prompt)": True}
 GROUPS, GROUP_SIZE = 3, 4
+KEEP = [1.0, 0.85, 0.7, 0.55]  # share of the demo's response each rollout of a group keeps
 
 
 def one(detach: bool, steps: int) -> dict[str, float]:
@@ -51,12 +53,15 @@ def one(detach: bool, steps: int) -> dict[str, float]:
     for _ in range(steps):
         rows = [d for d in rng.sample(demos, GROUPS) for _ in range(GROUP_SIZE)]
         firsts = [d.loss_mask.index(True) for d in rows]
+        # a group's rollouts share the prompt and differ in length (identical rows would cancel to no gradient)
+        ends = [f + round((len(d.input_ids) - f) * KEEP[i % GROUP_SIZE])
+                for i, (d, f) in enumerate(zip(rows, firsts))]
         batch = grpo.build_batch({
             "prompt_token_ids": [d.input_ids[:f] for d, f in zip(rows, firsts)],
-            "response_ids": [d.input_ids[f:] for d, f in zip(rows, firsts)],
-            "loss_masks": [[int(m) for m in d.loss_mask[f:]] for d, f in zip(rows, firsts)],
+            "response_ids": [d.input_ids[f:e] for d, f, e in zip(rows, firsts, ends)],
+            "loss_masks": [[int(m) for m in d.loss_mask[f:e]] for d, f, e in zip(rows, firsts, ends)],
             "rewards": [float(i % 2 == 0) for i in range(len(rows))],
-            "rollout_logprobs": [[0.0] * (len(d.input_ids) - f) for d, f in zip(rows, firsts)],
+            "rollout_logprobs": [[0.0] * (e - f) for f, e in zip(firsts, ends)],
         }, [f"g{i // GROUP_SIZE}" for i in range(len(rows))])
         ids, attention, select = grpo._micro_tensors(batch, list(range(batch.size)), tokenizer.pad_token_id)
         with torch.no_grad():
@@ -67,7 +72,7 @@ def one(detach: bool, steps: int) -> dict[str, float]:
         metrics = grpo.update(model, batch, config, algo, opt, sched, pad_id=tokenizer.pad_token_id,
                               temperature=1.0, bf16=bf16)
         seconds += time.perf_counter() - t0
-        tokens += sum(len(d.input_ids) for d in rows)
+        tokens += sum(ends)
         norms.append(metrics["grad_norm"])
     return {"s_per_update": seconds / steps, "positions": tokens / steps, "grad_norm": norms[0],
             "bf16": float(bf16)}

@@ -154,8 +154,8 @@ class AlgoConfig:
     epochs: int = opt(1, "PPO epochs over each step's batch.")
     micro_batch_size: int = opt(2, "Rollouts per forward/backward pass (gradients accumulate).")
     detach_prompt: bool = opt(
-        True, "Encode each rollout's prompt (system + task) without gradient, as sft.detach_prompt: the same "
-              "logprobs and ratios, a backward pass that skips the prompt.")
+        False, "Encode each rollout's prompt (system + task) without gradient, as sft.detach_prompt: the same "
+               "logprobs and ratios, 1.24x faster updates, a gradient without the prompt's path (off: exact).")
     lr: float = opt(1e-5, "Learning rate (a full fine-tune; LoRA wants about 1e-4).")
     weight_decay: float = opt(0.0, "AdamW weight decay.")
     grad_clip: float = opt(1.0, "Max gradient norm.")
