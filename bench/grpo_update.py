@@ -65,8 +65,7 @@ def one(detach: bool, steps: int) -> dict[str, float]:
         }, [f"g{i // GROUP_SIZE}" for i in range(len(rows))])
         ids, attention, select = grpo._micro_tensors(batch, list(range(batch.size)), tokenizer.pad_token_id)
         with torch.no_grad():
-            own = torch.cat([selected_token_logprobs(model, ids[i:i + 2], attention[i:i + 2], select[i:i + 2],
-                                                     bf16=bf16).logprobs for i in range(0, batch.size, 2)])
+            own = selected_token_logprobs(model, ids, attention, select, bf16=bf16).logprobs
         batch.old_logprobs = grpo._scatter(own, batch.loss_mask)
         t0 = time.perf_counter()
         metrics = grpo.update(model, batch, config, algo, opt, sched, pad_id=tokenizer.pad_token_id,

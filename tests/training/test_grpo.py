@@ -5,17 +5,13 @@ import copy
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from mcprl.training import grpo
 from mcprl.training.config import AlgoConfig
 from mcprl.training.logprobs import selected_token_logprobs
 
-
-def _tiny() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                                        num_attention_heads=4, num_key_value_heads=2))
+from .tiny_model import tiny_llama
 
 
 def _batch(model: LlamaForCausalLM, rewards: list[float]) -> grpo.GRPOBatch:
@@ -48,7 +44,7 @@ def _update(model: LlamaForCausalLM, batch: grpo.GRPOBatch, **algo_overrides) ->
 
 
 def test_on_policy_ratios_are_one_and_solved_groups_carry_no_gradient():
-    model = _tiny()
+    model = tiny_llama()
     metrics, step = _update(model, _batch(model, [1.0, 0.0, 1.0, 1.0]), detach_prompt=False)
     assert metrics["active_rows"] == 2  # the second group scored the same twice: no advantage
     assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
@@ -57,7 +53,7 @@ def test_on_policy_ratios_are_one_and_solved_groups_carry_no_gradient():
 
 
 def test_detached_prompt_keeps_loss_and_ratios_and_changes_only_the_prompt_path_of_the_gradient():
-    model = _tiny()
+    model = tiny_llama()
     batch = _batch(model, [1.0, 0.0, 0.0, 1.0])
     full, step_full = _update(copy.deepcopy(model), copy.deepcopy(batch), detach_prompt=False)
     split, step_split = _update(copy.deepcopy(model), copy.deepcopy(batch), detach_prompt=True)
@@ -70,7 +66,7 @@ def test_detached_prompt_keeps_loss_and_ratios_and_changes_only_the_prompt_path_
 def test_ratio_std_resolves_the_tiny_spread_of_on_policy_ratios():
     """fp32 sampler and trainer agree to ~1e-6: the std must show that spread, not cancel to 0 (which
     would trip the health check) nor inflate it to float32 noise."""
-    model = _tiny()
+    model = tiny_llama()
     batch = _batch(model, [1.0, 0.0, 0.0, 1.0])
     n = int(batch.loss_mask.sum())
     signs = torch.tensor([(-1.0) ** i for i in range(n)])

@@ -3,16 +3,11 @@
 import re
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from mcprl.training.config import FinetuneConfig, LoraConfig
 from mcprl.training.policy import lora_excluded_layers, wrap_for_finetune
 
-
-def _tiny() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=6,
-                                        num_attention_heads=4, num_key_value_heads=2))
+from .tiny_model import tiny_llama
 
 
 def test_excluded_layer_pattern_covers_exactly_the_lower_layers():
@@ -24,7 +19,7 @@ def test_excluded_layer_pattern_covers_exactly_the_lower_layers():
 
 
 def test_top_layers_adapts_only_the_top_and_backward_leaves_the_rest_untouched():
-    model = wrap_for_finetune(_tiny(), FinetuneConfig(mode="lora", lora=LoraConfig(r=4, alpha=8, top_layers=2,
+    model = wrap_for_finetune(tiny_llama(6), FinetuneConfig(mode="lora", lora=LoraConfig(r=4, alpha=8, top_layers=2,
                                                                       target_modules=["q_proj", "down_proj"])))
     adapted = {int(m.group(1)) for name, _ in model.named_parameters() if "lora_" in name
                for m in [re.search(r"layers\.(\d+)\.", name)]}

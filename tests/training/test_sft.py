@@ -2,16 +2,11 @@
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from mcprl.training.logprobs import detachable_prefix, selected_token_logprobs
 from mcprl.training.sft import SFTExample, collate, sft_step
 
-
-def _tiny() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                                        num_attention_heads=4, num_key_value_heads=2))
+from .tiny_model import tiny_llama
 
 
 def _demo(n: int, first: int, seed: int) -> SFTExample:
@@ -34,7 +29,7 @@ def test_prefix_is_what_precedes_every_rows_first_trained_token():
 
 
 def test_detached_prefix_keeps_the_loss_and_changes_only_the_prompt_path_of_the_gradient():
-    model = _tiny()
+    model = tiny_llama()
     batch = [_demo(24, 9, 0), _demo(18, 6, 1)]  # right-padded, different prompt lengths
     ids, attention, select = collate(batch, pad_id=0)
     full = selected_token_logprobs(model, ids, attention, select)
@@ -53,7 +48,7 @@ def test_detached_prefix_keeps_the_loss_and_changes_only_the_prompt_path_of_the_
 
 
 def test_a_selected_token_inside_the_detached_prefix_is_refused():
-    model = _tiny()
+    model = tiny_llama()
     ids, attention, select = collate([_demo(12, 3, 0)], pad_id=0)
     with pytest.raises(ValueError, match="detached prefix"):
         selected_token_logprobs(model, ids, attention, select, detached_prefix=5)

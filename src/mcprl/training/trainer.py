@@ -185,7 +185,7 @@ def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSa
         results.append(result)
         uids = [f"{first + i // algo.group_size}:{g}" for i, g in enumerate(result.group_ids)]
         collected["sample_batch_count"] += 1
-        if not collected.get("collected_uids", True):
+        if "collected_uids" in collected and not collected["collected_uids"]:
             # an empty collection so far: start it afresh, as SkyRL's concatenation of two empty outputs
             # fails computing their metrics (np.min of no tokens; skyrl 0.3.0)
             for key in ("collected_generator_output", "collected_uids", "num_prompts_in_batch"):
