@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
+
+from side_by_side import print_table, run_variant
 
 VARIANTS = {"prompt with gradient": False, "prompt without gradient (detach_prompt)": True}
 GROUPS, GROUP_SIZE = 3, 4
@@ -85,23 +85,14 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one == "1", args.steps)))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    results = {}
-    for name, detach in VARIANTS.items():
-        out = subprocess.run([sys.executable, __file__, "--one", "1" if detach else "0", "--steps", str(args.steps)],
-                             capture_output=True, text=True, check=True)
-        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    results = {name: run_variant(__file__, ["--one", "1" if detach else "0", "--steps", str(args.steps)])
+               for name, detach in VARIANTS.items()}
     base, best = (results[name]["s_per_update"] for name in VARIANTS)
     precision = "bf16 autocast" if results[next(iter(VARIANTS))]["bf16"] else "fp32"
-    table = Table(title=f"GRPO update, full fine-tune, {GROUPS}x{GROUP_SIZE} multi-turn rows, {precision}")
-    for col in ("variant", "s/update", "speedup", "positions/update", "grad norm, step 1"):
-        table.add_column(col, justify="right")
-    for name, r in results.items():
-        table.add_row(name, f"{r['s_per_update']:.2f}", f"{base / r['s_per_update']:.2f}x", f"{r['positions']:.0f}",
-                      f"{r['grad_norm']:.4f}")
-    Console().print(table)
+    print_table(f"GRPO update, full fine-tune, {GROUPS}x{GROUP_SIZE} multi-turn rows, {precision}",
+                ("variant", "s/update", "speedup", "positions/update", "grad norm, step 1"),
+                [(name, f"{r['s_per_update']:.2f}", f"{base / r['s_per_update']:.2f}x", f"{r['positions']:.0f}",
+                  f"{r['grad_norm']:.4f}") for name, r in results.items()])
     print(f"result: grpo_update_speedup={base / best:.2f}")
 
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from side_by_side import print_table, run_variant
 
 VARIANTS = {"all rows, one padded forward": "padded", "distinct prompts, by length": "bucketed"}
 
@@ -71,25 +72,15 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one, args.checkpoint, args.prompts, args.batches)))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    results = {}
-    for name, variant in VARIANTS.items():
-        out = subprocess.run([sys.executable, __file__, "--one", variant, "--checkpoint", str(args.checkpoint),
-                              "--prompts", str(args.prompts), "--batches", str(args.batches)],
-                             capture_output=True, text=True, check=True)
-        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    results = {name: run_variant(__file__, ["--one", variant, "--checkpoint", str(args.checkpoint),
+                                            "--prompts", str(args.prompts), "--batches", str(args.batches)])
+               for name, variant in VARIANTS.items()}
     base = results["all rows, one padded forward"]
-    table = Table(title=f"GRPO rollouts: {args.batches} batches x {args.prompts} prompts x group 4, multi-turn")
-    for col in ("prefill", "episodes", "rollout s", "prefill s", "positions prefilled", "gen tok/s",
-                "speedup"):
-        table.add_column(col, justify="right")
-    for name, r in results.items():
-        table.add_row(name, str(r["episodes"]), f"{r['wall_s']:.1f}", f"{r['prefill_s']:.1f}",
-                      str(r["computed"]), f"{r['generated'] / r['wall_s']:.1f}",
-                      f"{base['wall_s'] / r['wall_s']:.2f}x")
-    Console(width=140).print(table)
+    print_table(f"GRPO rollouts: {args.batches} batches x {args.prompts} prompts x group 4, multi-turn",
+                ("prefill", "episodes", "rollout s", "prefill s", "positions prefilled", "gen tok/s", "speedup"),
+                [(name, str(r["episodes"]), f"{r['wall_s']:.1f}", f"{r['prefill_s']:.1f}", str(r["computed"]),
+                  f"{r['generated'] / r['wall_s']:.1f}", f"{base['wall_s'] / r['wall_s']:.2f}x")
+                 for name, r in results.items()], width=140)
     print(f"result: multiturn_rollout_speedup={base['wall_s'] / results['distinct prompts, by length']['wall_s']:.2f}")
 
 

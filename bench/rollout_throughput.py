@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import torch
 from rich.console import Console
-from rich.table import Table
 
 from mcprl.training.devices import configure_threads
 from mcprl.training.inference import HFInferenceEngine
 from mcprl.training.model import DEFAULT_MODEL, load_model, resolve_model
+from side_by_side import print_table
 
 SYSTEM = """You are an assistant that can call tools. To call a tool, answer with exactly one line
 <tool_call>{"name": TOOL_NAME, "arguments": {ARGUMENTS}}</tool_call>
@@ -185,19 +185,10 @@ def main() -> None:
         rows.append(vllm_result)
 
     baseline = rows[0].tokens_per_s
-    table = Table(title="Rollout throughput (SmolLM2-135M-Instruct)")
-    for column in ("variant", "episodes", "wall s", "generated tokens", "tokens/s", "speedup vs naive fp32"):
-        table.add_column(column, justify="left" if column == "variant" else "right")
-    for row in rows:
-        table.add_row(
-            row.variant,
-            str(row.episodes),
-            f"{row.wall_s:.1f}",
-            str(row.generated),
-            f"{row.tokens_per_s:.1f}",
-            f"{row.tokens_per_s / baseline:.2f}x",
-        )
-    console.print(table)
+    print_table("Rollout throughput (SmolLM2-135M-Instruct)",
+                ("variant", "episodes", "wall s", "generated tokens", "tokens/s", "speedup vs naive fp32"),
+                [(row.variant, str(row.episodes), f"{row.wall_s:.1f}", str(row.generated), f"{row.tokens_per_s:.1f}",
+                  f"{row.tokens_per_s / baseline:.2f}x") for row in rows], width=120)
     console.print(f"load average at end {os.getloadavg()[0]:.2f}")
     print(f"result: rollout_speedup={rows[3].tokens_per_s / baseline:.2f} (target >= 4)")
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
+
+from side_by_side import print_table, run_variant
 
 VARIANTS = [("full prompt, trim every step", False, 0.0), ("full prompt, trim past 1.5 GB", False, 1.5),
             ("detached prompt, trim past 1.5 GB", True, 1.5)]
@@ -60,22 +60,13 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one[0] == "1", float(args.one[1]))))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    results = {}
-    for name, detach, headroom in VARIANTS:
-        out = subprocess.run([sys.executable, __file__, "--one", "1" if detach else "0", str(headroom)],
-                             capture_output=True, text=True, check=True)
-        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    results = {name: run_variant(__file__, ["--one", "1" if detach else "0", str(headroom)])
+               for name, detach, headroom in VARIANTS}
     base = results[VARIANTS[0][0]]["s_per_step"]
-    table = Table(title=f"SFT step, full fine-tune, 4 demos x {STEPS} batches")
-    for col in ("variant", "s/step", "vs trim every step", "mean loss", "RSS GB"):
-        table.add_column(col, justify="right")
-    for name, r in results.items():
-        table.add_row(name, f"{r['s_per_step']:.2f}", f"{base / r['s_per_step']:.2f}x", f"{r['loss']:.4f}",
-                      f"{r['rss_gb']:.1f}")
-    Console().print(table)
+    print_table(f"SFT step, full fine-tune, 4 demos x {STEPS} batches",
+                ("variant", "s/step", "vs trim every step", "mean loss", "RSS GB"),
+                [(name, f"{r['s_per_step']:.2f}", f"{base / r['s_per_step']:.2f}x", f"{r['loss']:.4f}",
+                  f"{r['rss_gb']:.1f}") for name, r in results.items()])
     best = results[VARIANTS[-1][0]]["s_per_step"]
     print(f"result: sft_step_speedup={base / best:.2f}")
 

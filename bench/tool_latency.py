@@ -20,13 +20,12 @@ from typing import Any, Awaitable, Callable
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from rich.console import Console
-from rich.table import Table
 
 from mcprl.servers.launcher import SMOKE_CALLS, server_command, wait_listening
 from mcprl.servers.registry import build_server
 from mcprl.tools.config import ServerSpec, ServersConfig, our_server_spec
 from mcprl.tools.manager import ToolManager
+from side_by_side import print_table
 
 BLOCK = 10
 CONCURRENCY = 8
@@ -117,15 +116,14 @@ async def main_async(args: argparse.Namespace) -> None:
         proc.wait(10)
     rows += [("raw ClientSession", "http", http["raw"]), ("ToolManager", "http", http["toolmanager"])]
 
-    table = Table(title=f"{args.server}.{tool} latency ({args.calls} sequential calls; calls/s with {CONCURRENCY} concurrent callers)")
-    for col in ("path", "transport", "median ms", "p99 ms", "calls/s x8", "vs raw (median)"):
-        table.add_column(col, justify="right" if col != "path" else "left")
     raw_median = {"stdio": stdio["raw"]["median"], "http": http["raw"]["median"]}
+    table = []
     for name, transport, s in rows:
         ratio = f"{s['median'] / raw_median[transport]:.2f}x" if transport in raw_median else "-"
         rate = "-" if s["rate"] != s["rate"] else f"{s['rate']:.0f}"
-        table.add_row(name, transport, f"{s['median']:.3f}", f"{s['p99']:.3f}", rate, ratio)
-    Console().print(table)
+        table.append((name, transport, f"{s['median']:.3f}", f"{s['p99']:.3f}", rate, ratio))
+    print_table(f"{args.server}.{tool} latency ({args.calls} sequential calls; calls/s with {CONCURRENCY} concurrent "
+                f"callers)", ("path", "transport", "median ms", "p99 ms", "calls/s x8", "vs raw (median)"), table)
     ratio_http = http["toolmanager"]["median"] / http["raw"]["median"]
     print(f"toolmanager_vs_raw_http={ratio_http:.2f}")
     print(f"result: toolmanager_vs_raw_stdio={stdio['toolmanager']['median'] / stdio['raw']['median']:.2f} (target <= 1.2)")

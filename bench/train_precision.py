@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
+
+from side_by_side import print_table, run_variant
 
 VARIANTS = [(1, "fp32"), (1, "bf16"), (2, "fp32"), (2, "bf16")]
 
@@ -51,23 +51,14 @@ def main() -> None:
     parser.add_argument("--one", nargs=2, metavar=("THREADS", "PRECISION"))
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(int(args.one[0]), args.one[1])))
+        print(json.dumps({"tok_s": one(int(args.one[0]), args.one[1])}))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    results = {}
-    for threads, precision in VARIANTS:
-        out = subprocess.run([sys.executable, __file__, "--one", str(threads), precision], capture_output=True,
-                             text=True, check=True)
-        results[(threads, precision)] = json.loads(out.stdout.strip().splitlines()[-1])
+    results = {(threads, precision): run_variant(__file__, ["--one", str(threads), precision])["tok_s"]
+               for threads, precision in VARIANTS}
     base = results[(1, "fp32")]
-    table = Table(title="LoRA training step throughput (4 x 640 tokens)")
-    for col in ("threads", "precision", "tok/s", "vs 1 thread fp32"):
-        table.add_column(col, justify="right")
-    for (threads, precision), rate in results.items():
-        table.add_row(str(threads), precision, f"{rate:.0f}", f"{rate / base:.2f}x")
-    Console().print(table)
+    print_table("LoRA training step throughput (4 x 640 tokens)", ("threads", "precision", "tok/s", "vs 1 thread fp32"),
+                [(str(threads), precision, f"{rate:.0f}", f"{rate / base:.2f}x")
+                 for (threads, precision), rate in results.items()])
     best = max(results, key=results.get)
     print(f"result: best={best[0]}threads_{best[1]} speedup_vs_1thread_fp32={results[best] / base:.2f}")
 

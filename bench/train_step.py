@@ -38,10 +38,11 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from side_by_side import print_table, run_variant
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 LR = 1e-5
@@ -205,9 +206,6 @@ def main() -> None:
     if not Path(args.trl_python).exists():
         sys.exit(f"TRL venv missing: {args.trl_python} (`make bench-trl` creates it)")
 
-    from rich.console import Console
-    from rich.table import Table
-
     tasks_file = Path(args.out) / "tasks.json"
     tasks_file.parent.mkdir(parents=True, exist_ok=True)
     tasks_file.write_text(json.dumps(task_prompts(args.prompts)))
@@ -220,26 +218,22 @@ def main() -> None:
     results, load = {}, {}
     for name, (python, side) in sides.items():
         load[f"{side} start"] = os.getloadavg()
-        out = subprocess.run([python, __file__, "--side", side, *common], stdout=subprocess.PIPE, text=True, env=env)
-        if out.returncode != 0:  # the side's log and traceback went to our stderr
-            sys.exit(f"{name} failed (exit {out.returncode}; -9 is usually the OOM killer)")
-        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+        results[name] = run_variant(__file__, ["--side", side, *common], python=python, env=env)
     load["end"] = os.getloadavg()
 
     rows = args.prompts * args.group
-    table = Table(title=f"one GRPO step: {args.prompts} prompts x group {args.group}, <= {args.new_tokens} new "
-                        f"tokens, LoRA r=16 q/k/v/o, {args.dtype}, {rows // args.micro_batch} micro-batches of "
-                        f"{args.micro_batch}, {args.threads} thread(s)")
-    for col in ("variant", "median s/step", "rollout s", "update s", "tokens/completion", "peak RSS GiB", "steps s"):
-        table.add_column(col)
-    medians = {}
+    medians, table = {}, []
     for name, res in results.items():
         steps = res["steps"]
         med = {k: statistics.median(s[k] for s in steps) for k in ("total", "rollout", "update", "tokens")}
         medians[name] = med["total"]
-        table.add_row(name, f"{med['total']:.1f}", f"{med['rollout']:.1f}", f"{med['update']:.1f}",
-                      f"{med['tokens']:.1f}", f"{res['peak_rss_gb']:.1f}", " ".join(f"{s['total']:.1f}" for s in steps))
-    Console(width=150).print(table)
+        table.append((name, f"{med['total']:.1f}", f"{med['rollout']:.1f}", f"{med['update']:.1f}",
+                      f"{med['tokens']:.1f}", f"{res['peak_rss_gb']:.1f}", " ".join(f"{s['total']:.1f}" for s in steps)))
+    print_table(f"one GRPO step: {args.prompts} prompts x group {args.group}, <= {args.new_tokens} new tokens, LoRA "
+                f"r=16 q/k/v/o, {args.dtype}, {rows // args.micro_batch} micro-batches of {args.micro_batch}, "
+                f"{args.threads} thread(s)",
+                ("variant", "median s/step", "rollout s", "update s", "tokens/completion", "peak RSS GiB", "steps s"),
+                table, width=150)
     for name, res in results.items():
         print(f"{name}: threads {sorted({s['threads'] for s in res['steps']})}, {res['versions']}")
     print("load average (1/5/15 min): "
