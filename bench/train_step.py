@@ -73,7 +73,7 @@ def ours(args: argparse.Namespace) -> dict:
     from mcprl.training.trainer import optimizer_for
 
     cfg = load_train_config("configs/quickstart.yaml", [
-        f"finetune.lora.target_modules=[{','.join(TARGETS)}]", "finetune.lora.top_layers=null",
+        f"finetune.lora.target_modules=[{','.join(TARGETS)}]", "finetune.top_layers=null",
         "finetune.lora.r=16", "finetune.lora.alpha=32", "finetune.lora.dropout=0.0",
         "finetune.gradient_checkpointing=false", f"model.dtype={args.dtype}", f"model.threads={args.threads}",
         f"algo.group_size={args.group}", f"algo.prompts_per_step={args.prompts}",

@@ -1,7 +1,8 @@
-"""LoRA placement: adapters on the top layers only, and backward that stops below them."""
+"""Training the top layers only (LoRA adapters or full weights), and backward that stops below them."""
 
 import re
 
+import pytest
 import torch
 
 from mcprl.training.config import FinetuneConfig, LoraConfig
@@ -19,8 +20,8 @@ def test_excluded_layer_pattern_covers_exactly_the_lower_layers():
 
 
 def test_top_layers_adapts_only_the_top_and_backward_leaves_the_rest_untouched():
-    model = wrap_for_finetune(tiny_llama(6), FinetuneConfig(mode="lora", lora=LoraConfig(r=4, alpha=8, top_layers=2,
-                                                                      target_modules=["q_proj", "down_proj"])))
+    model = wrap_for_finetune(tiny_llama(6), FinetuneConfig(mode="lora", top_layers=2,
+                                                            lora=LoraConfig(r=4, alpha=8, target_modules=["q_proj", "down_proj"])))
     adapted = {int(m.group(1)) for name, _ in model.named_parameters() if "lora_" in name
                for m in [re.search(r"layers\.(\d+)\.", name)]}
     assert adapted == {4, 5}
@@ -35,3 +36,27 @@ def test_top_layers_adapts_only_the_top_and_backward_leaves_the_rest_untouched()
     model(input_ids=ids, labels=ids).loss.backward()
     assert sorted(set(seen)) == [4, 5]  # no gradient flows below the lowest adapter
     assert all(p.grad is not None for name, p in model.named_parameters() if "lora_" in name)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_full_top_layers_trains_the_top_layers_and_final_norm_and_backward_stops_there(tied):
+    model = wrap_for_finetune(tiny_llama(6, tied=tied), FinetuneConfig(mode="full", top_layers=2))
+    trained = {name for name, p in model.named_parameters() if p.requires_grad}
+    top = ("model.layers.4.", "model.layers.5.", "model.norm.")
+    assert trained == {name for name, _ in model.named_parameters() if name.startswith(top)} | (set() if tied else {"lm_head.weight"})
+    assert not model.get_input_embeddings().weight.requires_grad
+    assert (model.lm_head.weight is model.get_input_embeddings().weight) == tied
+    seen = []
+    for i, layer in enumerate(model.model.layers):
+        layer.register_full_backward_hook(lambda module, grad_in, grad_out, i=i: seen.append(i))
+    ids = torch.randint(0, 64, (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert sorted(set(seen)) == [4, 5]
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters() if p.requires_grad)
+    assert all(p.grad is None for p in model.parameters() if not p.requires_grad)
+
+
+def test_full_without_top_layers_trains_every_weight():
+    for top in (None, 6, 9):
+        model = wrap_for_finetune(tiny_llama(6), FinetuneConfig(mode="full", top_layers=top))
+        assert all(p.requires_grad for p in model.parameters())

@@ -129,6 +129,7 @@ class CharTokenizer:
 @pytest.mark.parametrize(("overrides", "expected"), [
     (["sft.enabled=true"], "sft.enabled=true: SkyRL's trainer runs GRPO only"),
     (["rollout.backend=hf"], "SkyRL's trainer generates with vLLM only"),
+    (["finetune.top_layers=10"], "finetune.top_layers=10 with mode full: SkyRL's trainer fine-tunes every weight"),
     (["algo.prompts_per_step=500"], "data.train has 300 tasks, fewer than algo.prompts_per_step=500"),
     (["algo.micro_batch_size=5"], "SkyRL rejects the configuration: normalized policy_mini_batch_size_per_gpu 12 "
                                   "should be divisible by micro_train_batch_size_per_gpu 5"),
@@ -226,7 +227,7 @@ def test_env_settings_reach_skyrls_env_config(tmp_path):
 def test_lora_top_layers_maps_to_skyrls_exclude_modules(tmp_path):
     every = build_skyrl_config(plan(quickstart(tmp_path, "finetune.mode=lora")).overrides)
     assert every.trainer.policy.model.lora.exclude_modules is None
-    top = build_skyrl_config(plan(quickstart(tmp_path, "finetune.mode=lora", "finetune.lora.top_layers=2")).overrides)
+    top = build_skyrl_config(plan(quickstart(tmp_path, "finetune.mode=lora", "finetune.top_layers=2")).overrides)
     pattern = top.trainer.policy.model.lora.exclude_modules
     import re
 

@@ -39,7 +39,7 @@ def policy(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
     cfg = load_train_config(CONFIG, [
         "rollout.backend=vllm", "model.threads=1", "model.dtype=bfloat16", "finetune.mode=lora",
-        "finetune.lora.r=8", "finetune.lora.alpha=16", "finetune.lora.top_layers=10", "rollout.vllm.max_model_len=4096",
+        "finetune.lora.r=8", "finetune.lora.alpha=16", "finetune.top_layers=10", "rollout.vllm.max_model_len=4096",
         "rollout.max_input_length=2048", "rollout.max_new_tokens=32", "rollout.max_turns=2",
         f"run.output_dir={run_dir}", "logging.wandb.enabled=false"])
     built = build_policy(cfg)

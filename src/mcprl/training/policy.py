@@ -38,12 +38,24 @@ def wrap_for_finetune(model: PreTrainedModel, finetune: FinetuneConfig) -> PreTr
     if finetune.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if finetune.mode == "full":
+        freeze_below_top(model, finetune.top_layers)
         return model
     lora = finetune.lora
     targets: Any = "all-linear" if lora.target_modules == ["all-linear"] else list(lora.target_modules)
-    exclude = lora_excluded_layers(model.config.num_hidden_layers, lora.top_layers)
+    exclude = lora_excluded_layers(model.config.num_hidden_layers, finetune.top_layers)
     return get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                                             target_modules=targets, exclude_modules=exclude, task_type="CAUSAL_LM"))
+
+
+def freeze_below_top(model: PreTrainedModel, top_layers: int | None) -> None:
+    """Full fine-tune of the top layers only. The input embeddings freeze too (SmolLM2's LM head is the
+    same tensor): a trainable embedding would carry gradient back through every layer."""
+    layers = model.get_decoder().layers
+    if top_layers is None or top_layers >= len(layers):
+        return
+    model.get_input_embeddings().requires_grad_(False)
+    for layer in layers[:len(layers) - top_layers]:
+        layer.requires_grad_(False)
 
 
 def lora_excluded_layers(num_layers: int, top_layers: int | None) -> str | None:

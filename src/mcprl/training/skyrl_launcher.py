@@ -147,6 +147,9 @@ def _check_supported(cfg: TrainConfig) -> None:
                           "--engine embedded first and point model.name at its checkpoint)")
     if cfg.rollout.backend == "hf":
         raise ConfigError("rollout.backend=hf: SkyRL's trainer generates with vLLM only; use backend: vllm or auto")
+    if cfg.finetune.mode == "full" and cfg.finetune.top_layers is not None:
+        raise ConfigError(f"finetune.top_layers={cfg.finetune.top_layers} with mode full: SkyRL's trainer fine-tunes "
+                          "every weight; set top_layers: null, or use mode lora (adapters on the top layers)")
 
 
 def _dataset(source: str, key: str, target: Path, *, assumed: int, limit: int | None, prepare: bool,
@@ -201,7 +204,8 @@ def _trainer_overrides(cfg: TrainConfig, work: Path, *, n_train: int, n_eval: in
         "trainer.policy.model.lora.dropout": lora.dropout,
         "trainer.policy.model.lora.target_modules":
             lora.target_modules[0] if lora.target_modules == ["all-linear"] else lora.target_modules,
-        "trainer.policy.model.lora.exclude_modules": _lora_exclude(model_path, lora.top_layers) if lora_on else None,
+        "trainer.policy.model.lora.exclude_modules":
+            _lora_exclude(model_path, cfg.finetune.top_layers) if lora_on else None,
         "trainer.policy.model.lora.lora_sync_path": str(work / "lora_sync"),
         "trainer.policy.optimizer_config.lr": a.lr,
         "trainer.policy.optimizer_config.weight_decay": a.weight_decay,
@@ -304,7 +308,7 @@ def _model_path(name: str, prepare: bool) -> str:
 
 
 def _lora_exclude(model_path: str, top_layers: int | None) -> str | None:
-    """`finetune.lora.top_layers` as SkyRL's `exclude_modules` (it has no layer selection of its own)."""
+    """`finetune.top_layers` as SkyRL's `exclude_modules` (it has no layer selection of its own)."""
     if top_layers is None:
         return None
     from transformers import AutoConfig
@@ -314,7 +318,7 @@ def _lora_exclude(model_path: str, top_layers: int | None) -> str | None:
     try:
         depth = AutoConfig.from_pretrained(model_path, local_files_only=True).num_hidden_layers
     except OSError as exc:
-        raise ConfigError(f"finetune.lora.top_layers needs the model's config.json locally to count its layers "
+        raise ConfigError(f"finetune.top_layers needs the model's config.json locally to count its layers "
                           f"({model_path}: {exc}); fetch the model once or set top_layers: null") from exc
     return lora_excluded_layers(depth, top_layers)
 
