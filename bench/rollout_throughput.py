@@ -2,6 +2,7 @@
 importable), on the same tool-use episodes with the same sampling settings.
 
     .venv/bin/python bench/rollout_throughput.py [--quick] [--episodes 16] [--new-tokens 64]
+                                                 [--model NAME_OR_DIR] [--device cpu|cuda]
 
 Each episode is a chat prompt (a system prompt listing tools + a user question, ~250 tokens) and one
 sampled completion of up to `--new-tokens` tokens (EOS may end it earlier; no minimum length is
@@ -87,6 +88,10 @@ def build_prompts(tokenizer, episodes: int, group: int) -> list[list[int]]:
     return [p for p in distinct for _ in range(group)][:episodes]
 
 
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+
+
 def naive(model, prompts, new_tokens: int, temperature: float, seed: int, label: str) -> Row:
     """What a first attempt looks like: `model.generate` per episode, batch 1."""
     torch.manual_seed(seed)
@@ -94,7 +99,7 @@ def naive(model, prompts, new_tokens: int, temperature: float, seed: int, label:
     start = time.perf_counter()
     with torch.inference_mode():
         for prompt in prompts:
-            ids = torch.tensor([prompt])
+            ids = torch.tensor([prompt], device=model.device)
             out = model.generate(
                 ids,
                 attention_mask=torch.ones_like(ids),
@@ -134,12 +139,12 @@ def embedded(model, tokenizer, prompts, sampling: dict, seed: int, dtype: str) -
     return Row(label, len(prompts), wall, generated)
 
 
-def vllm_row(prompts, new_tokens: int, temperature: float, seed: int) -> Row | None:
+def vllm_row(model_name: str, prompts, new_tokens: int, temperature: float, seed: int) -> Row | None:
     try:
         import vllm
     except ImportError:
         return None
-    llm = vllm.LLM(model=str(resolve_model(DEFAULT_MODEL)), dtype="bfloat16", seed=seed)
+    llm = vllm.LLM(model=str(resolve_model(model_name)), dtype="bfloat16", seed=seed)
     params = vllm.SamplingParams(max_tokens=new_tokens, temperature=temperature, top_k=-1, seed=seed)
     start = time.perf_counter()
     outputs = llm.generate([vllm.TokensPrompt(prompt_token_ids=p) for p in prompts], params)
@@ -156,18 +161,20 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="model alias, HF id in the local cache, or directory")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
 
     configure_threads(args.threads)
     console = Console(width=120)
-    model, tokenizer = load_model(DEFAULT_MODEL, dtype="float32", device="cpu")
+    model, tokenizer = load_model(args.model, dtype="float32", device=args.device)
     prompts = build_prompts(tokenizer, args.episodes, args.group)
     naive_prompts = prompts[:4] if args.quick else prompts
     sampling = {"max_tokens": args.new_tokens, "temperature": args.temperature, "top_k": -1, "top_p": 1.0}
     lengths = [len(p) for p in prompts]
     console.print(
         f"{len(prompts)} episodes, prompt tokens {min(lengths)}-{max(lengths)}, up to {args.new_tokens} new tokens, "
-        f"T={args.temperature}, {torch.get_num_threads()} thread(s), load average at start {os.getloadavg()[0]:.2f}"
+        f"T={args.temperature}, {device_name(model.device)}, {torch.get_num_threads()} thread(s), load average at start {os.getloadavg()[0]:.2f}"
     )
 
     model_bf16 = copy.deepcopy(model).to(torch.bfloat16)
@@ -180,12 +187,12 @@ def main() -> None:
         embedded(model, tokenizer, prompts, sampling, args.seed, "auto"),
     ]
     del model_bf16
-    vllm_result = vllm_row(prompts, args.new_tokens, args.temperature, args.seed)
+    vllm_result = vllm_row(args.model, prompts, args.new_tokens, args.temperature, args.seed)
     if vllm_result is not None:
         rows.append(vllm_result)
 
     baseline = rows[0].tokens_per_s
-    print_table("Rollout throughput (SmolLM2-135M-Instruct)",
+    print_table(f"Rollout throughput ({args.model}, {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M)",
                 ("variant", "episodes", "wall s", "generated tokens", "tokens/s", "speedup vs naive fp32"),
                 [(row.variant, str(row.episodes), f"{row.wall_s:.1f}", str(row.generated), f"{row.tokens_per_s:.1f}",
                   f"{row.tokens_per_s / baseline:.2f}x") for row in rows], width=120)

@@ -27,7 +27,10 @@ step, then the median of `--steps` timed steps. Defaults fit the shared 2-core, 
 micro-batch peaked at 12.5 GiB and was OOM-killed next to a training run).
 
     .venv/bin/python bench/train_step.py [--steps 3] [--threads 1] [--micro-batch 8] [--dtype auto]
-                                         [--trl-python .venv-trl/bin/python]
+                                         [--trl-python .venv-trl/bin/python] [--model NAME_OR_DIR] [--device cpu|cuda]
+
+On a GPU (`--device cuda`), both sides generate and train there; `--model` takes any checkpoint
+directory (bench/random_model.py builds a 0.5B-class one where real weights cannot travel).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import sys
 import time
 from pathlib import Path
 
+from mcprl.training.model import DEFAULT_MODEL
 from side_by_side import print_table, run_variant
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -54,8 +58,11 @@ def task_prompts(n: int) -> list[dict]:
     return [s.to_dict() for s in generate(n, seed=5, progress=False).samples]
 
 
-def peak_rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+def peak_memory() -> dict:
+    import torch
+
+    gpu = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
+    return {"peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "peak_gpu_gb": gpu}
 
 
 def versions(*packages: str) -> dict[str, str]:
@@ -73,6 +80,7 @@ def ours(args: argparse.Namespace) -> dict:
     from mcprl.training.trainer import optimizer_for
 
     cfg = load_train_config("configs/quickstart.yaml", [
+        f"model.name={args.model}", f"model.device={args.device}",
         f"finetune.lora.target_modules=[{','.join(TARGETS)}]", "finetune.top_layers=null",
         "finetune.lora.r=16", "finetune.lora.alpha=32", "finetune.lora.dropout=0.0",
         "finetune.gradient_checkpointing=false", f"model.dtype={args.dtype}", f"model.threads={args.threads}",
@@ -106,8 +114,7 @@ def ours(args: argparse.Namespace) -> dict:
                       "tokens": statistics.mean(len(r) for r in result.output["response_ids"]),
                       "threads": torch.get_num_threads()})
     policy.engine.close()
-    return {"steps": steps[1:], "versions": versions("skyrl", "transformers", "peft", "torch"),
-            "peak_rss_gb": peak_rss_gb()}
+    return {"steps": steps[1:], "versions": versions("skyrl", "transformers", "peft", "torch"), **peak_memory()}
 
 
 def trl_side(args: argparse.Namespace) -> dict:
@@ -119,7 +126,7 @@ def trl_side(args: argparse.Namespace) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from mcprl.envs.parsing import parse_action
-    from mcprl.training.model import converted_model_dir
+    from mcprl.training.model import resolve_model
 
     torch.set_num_threads(args.threads)
     tasks = json.loads(Path(args.tasks).read_text())
@@ -156,11 +163,11 @@ def trl_side(args: argparse.Namespace) -> dict:
                         gradient_accumulation_steps=args.prompts * args.group // args.micro_batch,
                         num_generations=args.group,
                         max_completion_length=args.new_tokens, max_steps=args.steps + 1, learning_rate=LR,
-                        max_grad_norm=1.0, beta=0.0, use_cpu=True, bf16=args.dtype == "bfloat16",
+                        max_grad_norm=1.0, beta=0.0, use_cpu=args.device == "cpu", bf16=args.dtype == "bfloat16",
                         gradient_checkpointing=False,
                         model_init_kwargs={"dtype": torch.float32}, temperature=1.0, logging_steps=1,
                         report_to=[], save_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=str(converted_model_dir()), reward_funcs=[reward], args=config,
+    trainer = GRPOTrainer(model=str(resolve_model(args.model)), reward_funcs=[reward], args=config,
                           train_dataset=Dataset.from_list(rows * (args.steps + 1)),
                           peft_config=LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=TARGETS,
                                                  task_type="CAUSAL_LM"),
@@ -175,8 +182,7 @@ def trl_side(args: argparse.Namespace) -> dict:
 
     trainer._generate_and_score_completions = timed_generate
     trainer.train()
-    return {"steps": timer.steps[1:], "versions": versions("trl", "transformers", "peft", "torch"),
-            "peak_rss_gb": peak_rss_gb()}
+    return {"steps": timer.steps[1:], "versions": versions("trl", "transformers", "peft", "torch"), **peak_memory()}
 
 
 def main() -> None:
@@ -190,6 +196,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
                         help="auto: bf16 where the CPU has native bf16, else fp32 (both sides)")
     parser.add_argument("--trl-python", default=".venv-trl/bin/python")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="model alias, HF id in the local cache, or directory")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--tasks", help=argparse.SUPPRESS)
     parser.add_argument("--out", default="runs/bench_trl", help=argparse.SUPPRESS)
@@ -202,7 +210,7 @@ def main() -> None:
     if args.dtype == "auto":
         from mcprl.training.devices import pick_dtype
 
-        args.dtype = str(pick_dtype("cpu")).removeprefix("torch.")
+        args.dtype = str(pick_dtype(args.device)).removeprefix("torch.")
     if not Path(args.trl_python).exists():
         sys.exit(f"TRL venv missing: {args.trl_python} (`make bench-trl` creates it)")
 
@@ -211,7 +219,7 @@ def main() -> None:
     tasks_file.write_text(json.dumps(task_prompts(args.prompts)))
     common = ["--tasks", str(tasks_file), "--out", args.out, "--steps", str(args.steps), "--prompts", str(args.prompts),
               "--group", str(args.group), "--new-tokens", str(args.new_tokens), "--micro-batch", str(args.micro_batch),
-              "--threads", str(args.threads), "--dtype", args.dtype]
+              "--threads", str(args.threads), "--dtype", args.dtype, "--model", args.model, "--device", args.device]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     sides = {"mcprl embedded (SkyRL + MCP env)": (sys.executable, "ours"),
              "TRL 1.16 GRPOTrainer": (args.trl_python, "trl")}
@@ -228,11 +236,13 @@ def main() -> None:
         med = {k: statistics.median(s[k] for s in steps) for k in ("total", "rollout", "update", "tokens")}
         medians[name] = med["total"]
         table.append((name, f"{med['total']:.1f}", f"{med['rollout']:.1f}", f"{med['update']:.1f}",
-                      f"{med['tokens']:.1f}", f"{res['peak_rss_gb']:.1f}", " ".join(f"{s['total']:.1f}" for s in steps)))
-    print_table(f"one GRPO step: {args.prompts} prompts x group {args.group}, <= {args.new_tokens} new tokens, LoRA "
+                      f"{med['tokens']:.1f}", f"{res['peak_rss_gb']:.1f}",
+                      "-" if res["peak_gpu_gb"] is None else f"{res['peak_gpu_gb']:.1f}", " ".join(f"{s['total']:.1f}" for s in steps)))
+    print_table(f"one GRPO step on {args.device}, {args.model}: {args.prompts} prompts x group {args.group}, <= {args.new_tokens} new tokens, LoRA "
                 f"r=16 q/k/v/o, {args.dtype}, {rows // args.micro_batch} micro-batches of {args.micro_batch}, "
                 f"{args.threads} thread(s)",
-                ("variant", "median s/step", "rollout s", "update s", "tokens/completion", "peak RSS GiB", "steps s"),
+                ("variant", "median s/step", "rollout s", "update s", "tokens/completion", "peak RSS GiB", "peak GPU GiB",
+                 "steps s"),
                 table, width=150)
     for name, res in results.items():
         print(f"{name}: threads {sorted({s['threads'] for s in res['steps']})}, {res['versions']}")

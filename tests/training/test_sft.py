@@ -52,3 +52,17 @@ def test_a_selected_token_inside_the_detached_prefix_is_refused():
     ids, attention, select = collate([_demo(12, 3, 0)], pad_id=0)
     with pytest.raises(ValueError, match="detached prefix"):
         selected_token_logprobs(model, ids, attention, select, detached_prefix=5)
+
+
+def test_gradient_checkpointing_encodes_the_whole_row_with_gradient_instead_of_failing():
+    """Checkpointed layers drop the prefix cache; the detached prefix falls back to the exact gradient."""
+    model = tiny_llama()
+    batch = [_demo(24, 9, 0), _demo(18, 6, 1)]
+    full_loss = sft_step(model, batch, 0, micro_batch_size=2, bf16=False)
+    g_full = _grads(model).clone()
+    model.zero_grad()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    loss = sft_step(model, batch, 0, micro_batch_size=2, bf16=False, detach_prompt=True)
+    assert loss["sft_loss"] == pytest.approx(full_loss["sft_loss"], abs=1e-5)
+    torch.testing.assert_close(_grads(model), g_full, atol=1e-5, rtol=1e-4)

@@ -32,6 +32,11 @@ def _base_and_head(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Mo
     return inner.model, inner.lm_head
 
 
+def uses_gradient_checkpointing(model: PreTrainedModel) -> bool:
+    base, _ = _base_and_head(model)
+    return base.training and bool(getattr(base, "is_gradient_checkpointing", False))
+
+
 def detachable_prefix(select: torch.Tensor) -> int:
     """Positions before every row's first selected token, less the one that predicts it: the prompt
     part a forward pass may encode without gradient (`detached_prefix` below)."""
@@ -48,10 +53,12 @@ def selected_token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, att
     divides the logits as the sampler did, so ratios compare like with like. The first
     `detached_prefix` positions (real tokens in every row, none selected) are encoded once without
     gradient and reach the rest only through their keys and values: a cheaper backward pass whose
-    gradient omits the prefix's own activations.
+    gradient omits the prefix's own activations. Under gradient checkpointing the whole row is encoded
+    with gradient instead: checkpointed layers drop a past-key-values cache (recomputing a layer would
+    append to it twice), so there is no prefix to reuse.
     """
     base, head = _base_and_head(model)
-    p = detached_prefix
+    p = 0 if uses_gradient_checkpointing(model) else detached_prefix
     if p and bool(select[:, :p + 1].any()):
         raise ValueError(f"a selected token lies in the detached prefix of {p} positions")
     with autocast_for(model, bf16):

@@ -1,0 +1,55 @@
+"""A randomly initialised checkpoint directory with a real model's shape, for throughput runs where the
+real weights cannot travel (a GPU machine with no model hub): the architecture's config, the default
+model's tokenizer and chat template, weights from the config's own init, saved in bf16.
+
+    python bench/random_model.py --out /tmp/qwen2.5-0.5b-random [--arch qwen2.5-0.5b] [--tokenizer DIR]
+
+Such a model samples near-uniform tokens, so its turns run to `max_new_tokens` and its tool calls are
+malformed: tokens/s and step time are the heaviest case, success rates mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
+
+# Qwen2.5-0.5B-Instruct's config.json, except the vocabulary (the tokenizer's).
+ARCHS = {
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1_000_000.0,
+                         rms_norm_eps=1e-6, tie_word_embeddings=True),
+}
+
+
+def build(arch: str, tokenizer_dir: Path, out: Path, seed: int = 0) -> int:
+    """Write the checkpoint to `out`; returns its parameter count."""
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    config = Qwen2Config(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **ARCHS[arch])
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return sum(p.numel() for p in model.parameters())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--arch", choices=sorted(ARCHS), default="qwen2.5-0.5b")
+    parser.add_argument("--tokenizer", type=Path, help="a checkpoint directory with the tokenizer "
+                        "(default: the converted SmolLM2-135M-Instruct)")
+    args = parser.parse_args()
+    if args.tokenizer is None:
+        from mcprl.training.model import ensure_default_model
+
+        args.tokenizer = ensure_default_model()
+    params = build(args.arch, args.tokenizer, args.out)
+    print(f"{args.arch} ({params / 1e6:.0f}M parameters, random weights) written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
