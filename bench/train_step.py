@@ -227,6 +227,7 @@ def main() -> None:
     for name, (python, side) in sides.items():
         load[f"{side} start"] = os.getloadavg()
         results[name] = run_variant(__file__, ["--side", side, *common], python=python, env=env)
+        print(f"{name}: median {statistics.median(s['total'] for s in results[name]['steps']):.1f} s/step", flush=True)
     load["end"] = os.getloadavg()
 
     rows = args.prompts * args.group
