@@ -206,3 +206,13 @@ def test_config_errors_are_clear(tmp_path):
     (tmp_path / "third.yaml").write_text(
         "servers:\n  - {name: time, transport: stdio, command: python, args: [-m, mcp_server_time]}\n")
     assert load_servers_config(tmp_path / "third.yaml").servers[0].args == ["-m", "mcp_server_time"]
+
+
+def test_our_stdio_servers_inherit_pythonpath(monkeypatch, tmp_path):
+    """The SDK spawns stdio servers with a minimal environment; ours must still import what we import."""
+    from mcprl.tools.config import our_server_spec
+
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert our_server_spec("polygon").resolved_env() == {"PYTHONPATH": str(tmp_path)}
+    monkeypatch.delenv("PYTHONPATH")
+    assert our_server_spec("polygon").resolved_env() == {}

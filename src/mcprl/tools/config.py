@@ -81,14 +81,17 @@ def expand_env(value: str) -> str:
 
 def our_server_spec(name: str, transport: str = "stdio", host: str = "127.0.0.1", port: int | None = None,
                     backend: str = "offline", seed: int = 0) -> ServerSpec:
-    """Spec for one of mcprl's own servers. stdio spawns `python -m mcprl.servers NAME` (lean imports)."""
+    """Spec for one of mcprl's own servers. stdio spawns `python -m mcprl.servers NAME` (lean imports) with
+    our PYTHONPATH: the MCP SDK gives stdio servers a minimal environment, and without it a server cannot
+    import an mcprl (or dependencies) that this process found through PYTHONPATH."""
     if transport == "http":
         from mcprl.servers.registry import load_server_config
 
         port = port or load_server_config(name).port
         return ServerSpec(name=name, transport="http", url=f"http://{host}:{port}/mcp")
     args = ["-m", "mcprl.servers", name, "--backend", backend, "--seed", str(seed)]
-    return ServerSpec(name=name, transport="stdio", command=sys.executable, args=args)
+    env = {"PYTHONPATH": "${PYTHONPATH}"} if os.environ.get("PYTHONPATH") else {}
+    return ServerSpec(name=name, transport="stdio", command=sys.executable, args=args, env=env)
 
 
 def default_servers_config(transport: str = "stdio", backend: str = "offline", seed: int = 0) -> ServersConfig:
