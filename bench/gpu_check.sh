@@ -48,11 +48,11 @@ for part in $parts; do
     timeout 200 $py bench/rollout_throughput.py --model $model --device cuda --quick --episodes 128 --group 8 \
       --new-tokens 128 2>&1 | tee "$out/rollout_throughput.txt" ;;
   step)
-    timeout 300 $py bench/train_step.py --model $model --device cuda --prompts 16 --group 8 --new-tokens 256 \
+    timeout 240 $py bench/train_step.py --model $model --device cuda --prompts 16 --group 8 --new-tokens 256 \
       --micro-batch 16 --steps 3 --trl-python $trl_python --out /tmp/bench_trl 2>&1 | tee "$out/train_step.txt" ;;
   train)
     rm -rf /tmp/gpu-run
-    timeout 300 $py -m mcprl.cli train -c configs/gpu.yaml -o model.name=$model -o run.output_dir=/tmp/gpu-run \
+    timeout 200 $py -m mcprl.cli train -c configs/gpu.yaml -o model.name=$model -o run.output_dir=/tmp/gpu-run \
       -o data.train=/tmp/gpu_train.jsonl -o data.eval=/tmp/gpu_test.jsonl -o data.generate.n_train=64 \
       -o data.generate.n_eval=8 -o sft.max_steps=4 -o algo.steps=2 -o algo.save_every=0 \
       -o algo.dynamic_sampling.type=null -o eval.before=false -o eval.after_sft=false -o eval.max_tasks=4 \

@@ -42,6 +42,7 @@ class TrainState:
 
 def rng_state(extra: dict[str, torch.Generator] | None = None) -> dict[str, Any]:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "generators": {k: g.get_state() for k, g in (extra or {}).items()}}
 
 
@@ -49,6 +50,8 @@ def set_rng_state(state: dict[str, Any], extra: dict[str, torch.Generator] | Non
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+    if state.get("cuda") and torch.cuda.is_available():  # dropout on a GPU; a CPU-only resume has none to restore
+        torch.cuda.set_rng_state_all(state["cuda"])
     for name, gen in (extra or {}).items():
         if name in state["generators"]:
             gen.set_state(state["generators"][name])

@@ -106,8 +106,8 @@ def _micro_tensors(batch: GRPOBatch, rows: list[int], pad_id: int) -> tuple[torc
 
 
 def _scatter(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Flat per-token values (masked positions, row-major) back into a [B, R] tensor."""
-    return torch.zeros(mask.shape, dtype=flat.dtype).masked_scatter(mask.bool(), flat)
+    """Flat per-token values (masked positions, row-major) back into a [B, R] tensor on their device."""
+    return torch.zeros(mask.shape, dtype=flat.dtype, device=flat.device).masked_scatter(mask.to(flat.device).bool(), flat)
 
 
 def reference_logprobs(model: PreTrainedModel, batch: GRPOBatch, rows: list[int], pad_id: int, *,
@@ -117,7 +117,7 @@ def reference_logprobs(model: PreTrainedModel, batch: GRPOBatch, rows: list[int]
     disable = model.disable_adapter() if ref_model is None else contextlib.nullcontext()
     with torch.no_grad(), disable:
         stats = selected_token_logprobs(ref_model or model, ids, attention, select, temperature=temperature, bf16=bf16)
-    return _scatter(stats.logprobs, batch.loss_mask[rows])
+    return _scatter(stats.logprobs, batch.loss_mask[rows]).cpu()  # beside the batch's other tensors
 
 
 def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, algo: AlgoConfig,
@@ -148,12 +148,14 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
             prefix = detachable_prefix(select) if algo.detach_prompt else 0
             stats = selected_token_logprobs(model, ids, attention, select, temperature=temperature, bf16=bf16,
                                             with_entropy=True, detached_prefix=prefix)
-            mask = batch.loss_mask[rows]
+            device = stats.logprobs.device  # the model's; the batch stays on the CPU
+            mask = batch.loss_mask[rows].to(device)
             logp = _scatter(stats.logprobs, mask)
-            old = batch.old_logprobs[rows]
-            loss, loss_metrics = loss_fn(logp, old, scaled[rows], config=config, loss_mask=mask, rollout_logprobs=None)
+            old = batch.old_logprobs[rows].to(device)
+            loss, loss_metrics = loss_fn(logp, old, scaled[rows].to(device), config=config, loss_mask=mask,
+                                         rollout_logprobs=None)
             if use_kl and config.use_kl_loss:
-                kl_tokens = compute_approx_kl(logp, ref[rows], mask, config.kl_estimator_type)
+                kl_tokens = compute_approx_kl(logp, ref[rows].to(device), mask, config.kl_estimator_type)
                 loss = loss + algo.kl_coef * (kl_tokens * mask).sum() / total_tokens
             loss.backward()
             with torch.no_grad():

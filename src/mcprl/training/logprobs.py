@@ -49,7 +49,8 @@ def selected_token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, att
                             with_entropy: bool = False, detached_prefix: int = 0) -> TokenStats:
     """Log p(input_ids[b, t] | input_ids[b, :t]) for every (b, t) with select[b, t] true.
 
-    Rows are right-padded; position t is predicted from the hidden state at t - 1. `temperature`
+    Rows are right-padded; position t is predicted from the hidden state at t - 1. Inputs move to the
+    model's device; the results stay there. `temperature`
     divides the logits as the sampler did, so ratios compare like with like. The first
     `detached_prefix` positions (real tokens in every row, none selected) are encoded once without
     gradient and reach the rest only through their keys and values: a cheaper backward pass whose
@@ -58,6 +59,8 @@ def selected_token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, att
     append to it twice), so there is no prefix to reuse.
     """
     base, head = _base_and_head(model)
+    device = head.weight.device
+    input_ids, attention_mask, select = input_ids.to(device), attention_mask.to(device), select.to(device)
     p = 0 if uses_gradient_checkpointing(model) else detached_prefix
     if p and bool(select[:, :p + 1].any()):
         raise ValueError(f"a selected token lies in the detached prefix of {p} positions")
