@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # GPU numbers for docs/benchmarks.md, on one CUDA GPU, with a 0.5B-class model built from its config
 # (bench/random_model.py: random weights, so every turn runs to max_new_tokens):
+#   tests    the GPU tests (tests/training/test_gpu.py: SFT, GRPO, engine and trainer on a CUDA model);
 #   rollout  bench/rollout_throughput.py: embedded engine vs naive per-episode generate (tokens/s);
 #   step     bench/train_step.py: one GRPO step, embedded vs TRL's GRPOTrainer (when TRL is importable);
 #   train    a short `mcprl train -c configs/gpu.yaml` run (SFT + GRPO + eval): the real trainer's step
 #            time and rollout tokens/s, from the run's metrics.jsonl.
 #
-#   bench/gpu_check.sh OUT_DIR [PART ...]      (parts default to: rollout step train)
+#   bench/gpu_check.sh OUT_DIR [PART ...]      (parts default to: tests rollout step train)
 #
 # On a machine without mcprl's dependencies: WHEELS=DIR installs a folder of wheels into /tmp/site
 # first (no index needed); TRL_WHEELS=DIR adds TRL for `step`, run against the machine's own
 # transformers in a separate path (TRL 1.16 needs a newer transformers than SkyRL 0.3.0 allows).
 # Both installs and the model are kept in /tmp for the next call on the same machine.
 set -uo pipefail
-out=${1:?usage: bench/gpu_check.sh OUT_DIR [rollout] [step] [train]}
+out=${1:?usage: bench/gpu_check.sh OUT_DIR [tests] [rollout] [step] [train]}
 shift
-parts=${*:-rollout step train}
+parts=${*:-tests rollout step train}
 mkdir -p "$out"
 py=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false MCPRL_CACHE_DIR=${MCPRL_CACHE_DIR:-/tmp/mcprl-cache}
@@ -44,6 +45,8 @@ $py -c "import torch, transformers, peft; print('torch', torch.__version__, 'tra
 
 for part in $parts; do
   case $part in
+  tests)
+    timeout 300 $py -m pytest -q -m gpu -p no:cacheprovider tests/training/test_gpu.py 2>&1 | tee "$out/tests.txt" ;;
   rollout)
     timeout 200 $py bench/rollout_throughput.py --model $model --device cuda --quick --episodes 128 --group 8 \
       --new-tokens 128 2>&1 | tee "$out/rollout_throughput.txt" ;;
@@ -58,6 +61,6 @@ for part in $parts; do
       -o algo.dynamic_sampling.type=null -o eval.before=false -o eval.after_sft=false -o eval.max_tasks=4 \
       -o logging.wandb.enabled=false 2>&1 | tee "$out/train_gpu_yaml.txt"
     cp /tmp/gpu-run/metrics.jsonl /tmp/gpu-run/summary.json "$out/" ;;
-  *) echo "unknown part: $part (rollout, step, train)"; exit 2 ;;
+  *) echo "unknown part: $part (tests, rollout, step, train)"; exit 2 ;;
   esac
 done
