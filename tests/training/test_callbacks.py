@@ -19,6 +19,7 @@ from mcprl.training.callbacks import (
     TrainingHealthError,
     WandbCallback,
     build_callbacks,
+    eval_numbers,
     flatten_numbers,
 )
 from mcprl.training.config import ConfigError, TrainConfig, load_train_config
@@ -159,6 +160,11 @@ def test_flatten_numbers_lifts_overall():
                "model": "x", "bad": math.nan}
     assert flatten_numbers(results, "eval/base") == {"eval/base/success_rate": 0.5, "eval/base/n": 4,
                                                      "eval/base/by_complexity/simple/success_rate": 1.0}
+
+
+def test_eval_numbers_leave_out_the_per_task_map():
+    results = {"overall": {"success_rate": 0.5, "ci95_pass@1": [0.2, 0.8]}, "per_task": {"t1": 1.0, "t2": 0.0}}
+    assert eval_numbers(results, "sft") == {"eval/sft/success_rate": 0.5}
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb is not installed")

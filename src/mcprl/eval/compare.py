@@ -1,4 +1,5 @@
-"""Two evals side by side (`mcprl eval compare A B`): metric, A, B and a delta colored by whether it helps."""
+"""Two evals side by side (`mcprl eval compare A B`): metric, A, B and a delta colored by whether it helps,
+then the paired test over the tasks both ran (how many got better or worse, and whether that is chance)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from mcprl.eval.fmt import fmt_delta, fmt_value, metric_keys, spec
 from mcprl.eval.render import alarm_panels
 from mcprl.eval.results import load_results
 from mcprl.eval.signal import check_tool_collapse
+from mcprl.eval.stats import Paired, paired
 from mcprl.eval.trajectory import sort_groups
 
 GROUP_METRICS = ("mean_reward", "mean_tool_calls", "tool_error_rate")  # shown per complexity, after pass@k
@@ -43,7 +45,26 @@ def compare_renderable(
     collapse = check_tool_collapse(b, a, current_name=name_b, reference_name=name_a)
     if collapse is not None and not any(al["kind"] == "tool_collapse" for al in b.get("alarms", [])):
         alarms.insert(0, collapse.to_dict())
-    return Group(compare_table(a, b, name_a, name_b), *alarm_panels(alarms))
+    parts: list[RenderableType] = [compare_table(a, b, name_a, name_b)]
+    test = paired_results(a, b)
+    if test is not None:
+        parts.append(Text(test.describe(name_a, name_b)))
+    return Group(*parts, *alarm_panels(alarms))
+
+
+def paired_results(a: Mapping[str, Any], b: Mapping[str, Any]) -> Paired | None:
+    """The paired test between two evals' results (None when either predates per-task results or they
+    share no task)."""
+    if "per_task" not in a or "per_task" not in b:
+        return None
+    return paired(a["per_task"], b["per_task"])
+
+
+def paired_evals(evals: Mapping[str, Mapping[str, Any]]) -> dict[str, Paired]:
+    """Each eval against the one before it (base -> sft -> grpo), keyed `sft_vs_base`, `grpo_vs_sft`."""
+    names = list(evals)
+    tests = {f"{b}_vs_{a}": paired_results(evals[a], evals[b]) for a, b in zip(names, names[1:])}
+    return {key: test for key, test in tests.items() if test is not None}
 
 
 def compare_dirs(dir_a: Path, dir_b: Path, console: Console | None = None) -> None:

@@ -21,16 +21,24 @@ _FIXED = {
 }
 
 
+CI_KEY = "ci95_pass@1"  # [low, high]: pass@1's 95% interval (eval/stats.py)
+
+
 def spec(key: str) -> tuple[str, int, bool]:
+    if key == CI_KEY:
+        return "pass@1 95% CI", 0, True
     if key.startswith(("pass@", "pass^")):
         return key, 1, True
     return _FIXED.get(key, (key, 0, False))
 
 
 def metric_keys(groups: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The metrics present in any of `groups`, pass@k/pass^k first (by k), then the fixed order."""
+    """The metrics present in any of `groups`, pass@k/pass^k first (by k, pass@1's interval after it),
+    then the fixed order."""
     present = {k for g in groups for k in g}
     passes = sorted((k for k in present if k.startswith(("pass@", "pass^"))), key=lambda k: (k[4] == "^", int(k[5:])))
+    if CI_KEY in present and "pass@1" in passes:
+        passes.insert(passes.index("pass@1") + 1, CI_KEY)
     return passes + [k for k in _FIXED if k in present]
 
 
@@ -41,11 +49,15 @@ def is_missing(value: Any) -> bool:
 def fmt_value(key: str, value: Any) -> str:
     if is_missing(value):
         return "—"
+    if key == CI_KEY:
+        return f"{value[0]:.0%}–{value[1]:.0%}"
     return f"{value:.1%}" if spec(key)[2] else f"{value:.2f}"
 
 
 def fmt_delta(key: str, a: Any, b: Any) -> tuple[str, str]:
     """(text, rich style) of b - a: green when better, red when worse, dim when neutral or equal."""
+    if key == CI_KEY:
+        return "", "dim"
     if is_missing(a) or is_missing(b):
         return "—", "dim"
     delta = b - a

@@ -1,4 +1,5 @@
-"""pass@k, pass^k and the aggregate metrics of an eval (overall, per data source, per complexity)."""
+"""pass@k, pass^k and the aggregate metrics of an eval (overall, per data source, per complexity), with
+pass@1's 95% interval and each task's pass@1 (for paired comparisons, eval/stats.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from mcprl.eval.stats import wilson_interval
 from mcprl.eval.trajectory import Trajectory, TrajectoryLike, as_trajectories, sort_groups
 
 
@@ -58,14 +60,16 @@ def aggregate(
     """
     trajs = as_trajectories(trajectories)
     ks = tuple(sorted(set(ks))) if ks else default_ks(trajs)
+    per_task = _samples_per_task(trajs)
     return {
         "overall": group_metrics(trajs, ks, max_input_tokens),
         "by_data_source": _by(trajs, lambda t: t.data_source, ks, max_input_tokens),
         "by_complexity": _by(trajs, lambda t: t.complexity, ks, max_input_tokens),
-        "n_tasks": len(_samples_per_task(trajs)),
+        "n_tasks": len(per_task),
         "n_trajectories": len(trajs),
         "k": max(ks),
         "ks": list(ks),
+        "per_task": {task: float(np.mean(s)) for task, s in sorted(per_task.items())},
     }
 
 
@@ -79,6 +83,8 @@ def group_metrics(trajs: Sequence[Trajectory], ks: Sequence[int], max_input_toke
         out[f"pass@{k}"] = _mean([pass_at_k(n, c, k) for n, c in eligible])
         if k > 1:  # pass^1 is pass@1
             out[f"pass^{k}"] = _mean([pass_hat_k(n, c, k) for n, c in eligible])
+        elif out["pass@1"] is not None:
+            out["ci95_pass@1"] = list(wilson_interval(out["pass@1"], len(eligible)))
     out |= {
         "success_rate": _mean([t.success for t in trajs]),
         "mean_reward": _mean([t.reward for t in trajs]),

@@ -18,6 +18,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from mcprl.eval.compare import paired_evals
 from mcprl.eval.fmt import fmt_delta, fmt_value, metric_keys, num, pct, spec
 from mcprl.eval.plots import CHARTS
 from mcprl.eval.render import alarm_panels
@@ -135,6 +136,12 @@ def eval_rows(evals: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[l
     return header, rows, styles
 
 
+def paired_lines(evals: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per consecutive pair of evals: tasks better and worse, and the sign test's p-value."""
+    names, tests = list(evals), paired_evals(evals)
+    return [tests[f"{b}_vs_{a}"].describe(a, b) for a, b in zip(names, names[1:]) if f"{b}_vs_{a}" in tests]
+
+
 def summary_renderable(run: RunData, alarms: Sequence[Mapping[str, Any]]) -> RenderableType:
     parts: list[RenderableType] = [
         Text(f"mcprl run report: {run.run_dir}", style="bold", no_wrap=True, overflow="ignore")
@@ -148,6 +155,7 @@ def summary_renderable(run: RunData, alarms: Sequence[Mapping[str, Any]]) -> Ren
         for row, style in zip(rows, styles, strict=True):
             table.add_row(*([*row[:-1], Text(row[-1], style=style)] if len(header) > 2 else row))
         parts.append(table)
+        parts.extend(Text(line) for line in paired_lines(run.evals))
     else:
         parts.append(Text("evals: not available (no eval_*/ directories)", style="dim"))
     labelled = [dict(a, kind=f"{a['source']}: {a['kind']}") for a in alarms]
@@ -175,6 +183,7 @@ def render_html(run: RunData, sections: Sequence[Section], alarms: Sequence[Mapp
     if run.evals:
         header, rows, styles = eval_rows(run.evals)
         body.append(_html_table(header, rows, last_col_classes=styles if len(header) > 2 else None))
+        body += [f"<p>{e(line)}</p>" for line in paired_lines(run.evals)]
     else:
         body.append('<p class="na">Not available: the run has no eval_*/ directories.</p>')
     for s in sections:

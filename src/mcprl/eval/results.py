@@ -87,7 +87,7 @@ def load_results(eval_dir: Path) -> dict[str, Any]:
             results = json.loads(path.read_text())
         except json.JSONDecodeError as err:
             raise RunDirError(f"{path} is not valid JSON ({err.msg}); rerun `mcprl eval summarize {eval_dir}`") from err
-        complete = all(k in results for k in ("overall", "patterns", "signal"))
+        complete = all(k in results for k in ("overall", "patterns", "signal", "per_task"))
         if complete or (not has_trajectories and "overall" in results):
             return results
     if not has_trajectories:

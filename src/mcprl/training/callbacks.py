@@ -295,7 +295,7 @@ class WandbCallback(Callback):
 
     def on_eval(self, name: str, results: dict[str, Any]) -> None:
         if self.run is not None:
-            self.run.log(flatten_numbers(results, f"eval/{name}"))
+            self.run.log(eval_numbers(results, name))
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         if self.run is None or not path.exists():
@@ -335,7 +335,7 @@ class TensorboardCallback(Callback):
             self.writer.add_scalar(key, value, step)
 
     def on_eval(self, name: str, results: dict[str, Any]) -> None:
-        for key, value in flatten_numbers(results, f"eval/{name}").items():
+        for key, value in eval_numbers(results, name).items():
             self.writer.add_scalar(key, value, self._step)
 
     def on_train_end(self, summary: dict[str, Any]) -> None:
@@ -352,6 +352,11 @@ def flatten_numbers(data: Mapping[str, Any], prefix: str) -> dict[str, float | i
         elif not isinstance(value, str) and (number := to_number(value)) is not None:
             out[path] = number
     return out
+
+
+def eval_numbers(results: Mapping[str, Any], name: str) -> dict[str, float | int]:
+    """An eval's numbers for a tracker, without the per-task map (one series per task is noise there)."""
+    return flatten_numbers({k: v for k, v in results.items() if k != "per_task"}, f"eval/{name}")
 
 
 def build_callbacks(cfg: TrainConfig, run_dir: str | Path) -> CallbackList:

@@ -24,6 +24,7 @@ from skyrl.train.utils.trainer_utils import handle_dynamic_sampling
 from mcprl.data.rules import generate
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
 from mcprl.envs.mcp_env import MCPToolEnv
+from mcprl.eval.fmt import CI_KEY
 from mcprl.training import grpo
 from mcprl.training.callbacks import CallbackList, build_callbacks
 from mcprl.training.checkpoint import (
@@ -297,8 +298,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
             state.elapsed_s = clock.total
             final = save_checkpoint(run_dir, state, policy.model, policy.tokenizer, None, None,
                                     {"engine": policy.engine.generator})
-        summary = {**{f"eval_{k}": v for k, v in state.evals.items()}, "train_seconds": round(clock.total, 1),
-                   "sft_steps": state.sft_step, "grpo_steps": state.grpo_step, "final_checkpoint": str(final) if final else None}
+        summary = {**{f"eval_{k}": v for k, v in state.evals.items()}, "paired": _paired(run_dir, state.evals),
+                   "train_seconds": round(clock.total, 1), "sft_steps": state.sft_step, "grpo_steps": state.grpo_step,
+                   "final_checkpoint": str(final) if final else None}
     finally:
         callbacks.on_train_end(summary)
         policy.engine.close()
@@ -315,9 +317,19 @@ def _eval(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: P
     callbacks.on_eval(name, results)
     overall = results["overall"]
     return {"success_rate": overall.get("success_rate"), "pass@1": overall.get("pass@1"),
+            "pass@1_ci95": overall.get(CI_KEY),
             "by_complexity": {k: v.get("success_rate") for k, v in results.get("by_complexity", {}).items()},
             "tool_error_rate": overall.get("tool_error_rate"), "mean_turns": overall.get("mean_turns"),
             "seconds": round(seconds, 1)}
+
+
+def _paired(run_dir: Path, evals: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """base -> sft -> grpo on the same held-out tasks: which tasks changed, and whether that is chance."""
+    from mcprl.eval.compare import paired_evals
+    from mcprl.eval.results import load_results
+
+    results = {name: load_results(run_dir / f"eval_{name}") for name in evals}
+    return {key: test.to_dict() for key, test in paired_evals(results).items()}
 
 
 def _report(run_dir: Path) -> None:
