@@ -7,7 +7,7 @@ import random
 import pytest
 
 from mcprl.eval.compare import compare_renderable, paired_evals
-from mcprl.eval.fmt import CI_KEY
+from mcprl.eval.metrics import CI_KEY
 from mcprl.eval.render import results_renderable
 from mcprl.eval.report import paired_lines
 from mcprl.eval.results import build_results

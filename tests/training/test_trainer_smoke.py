@@ -57,7 +57,7 @@ def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch, mode):
     assert any((p / "model" / weights).exists() for p in (run / "checkpoints").glob("step_*"))
     assert {"eval_base", "eval_sft", "eval_grpo", "train_seconds"} <= set(summary)
     assert all(summary[f"eval_{name}"]["seconds"] > 0 for name in ("base", "sft", "grpo"))
-    assert all(len(summary[f"eval_{name}"]["pass@1_ci95"]) == 2 for name in ("base", "sft", "grpo"))
+    assert all(len(summary[f"eval_{name}"]["ci95_pass@1"]) == 2 for name in ("base", "sft", "grpo"))
     assert set(summary["paired"]) == {"sft_vs_base", "grpo_vs_sft"} and summary["paired"]["grpo_vs_sft"]["tasks"] == 1
     assert json.loads((run / "summary.json").read_text())["train_seconds"] > 0
     assert (run / "report" / "report.html").exists()

@@ -6,6 +6,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from mcprl.eval.metrics import CI_KEY
+
 # Metric key -> (label, +1 higher is better / -1 lower is better / 0 neither, shown as a percentage).
 _FIXED = {
     "success_rate": ("success rate", 1, True),
@@ -19,9 +21,6 @@ _FIXED = {
     "context_overflow_rate": ("context-overflow rate", -1, True),
     "mean_response_tokens": ("response tokens / trajectory", 0, False),
 }
-
-
-CI_KEY = "ci95_pass@1"  # [low, high]: pass@1's 95% interval (eval/stats.py)
 
 
 def spec(key: str) -> tuple[str, int, bool]:

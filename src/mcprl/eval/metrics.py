@@ -12,6 +12,8 @@ import numpy as np
 from mcprl.eval.stats import wilson_interval
 from mcprl.eval.trajectory import Trajectory, TrajectoryLike, as_trajectories, sort_groups
 
+CI_KEY = "ci95_pass@1"  # [low, high]: pass@1's 95% interval over the group's tasks
+
 
 def _check(n: int, c: int, k: int) -> None:
     if not 0 <= c <= n:
@@ -84,7 +86,7 @@ def group_metrics(trajs: Sequence[Trajectory], ks: Sequence[int], max_input_toke
         if k > 1:  # pass^1 is pass@1
             out[f"pass^{k}"] = _mean([pass_hat_k(n, c, k) for n, c in eligible])
         elif out["pass@1"] is not None:
-            out["ci95_pass@1"] = list(wilson_interval(out["pass@1"], len(eligible)))
+            out[CI_KEY] = list(wilson_interval(out["pass@1"], len(eligible)))
     out |= {
         "success_rate": _mean([t.success for t in trajs]),
         "mean_reward": _mean([t.reward for t in trajs]),

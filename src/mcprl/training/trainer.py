@@ -24,7 +24,7 @@ from skyrl.train.utils.trainer_utils import handle_dynamic_sampling
 from mcprl.data.rules import generate
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
 from mcprl.envs.mcp_env import MCPToolEnv
-from mcprl.eval.fmt import CI_KEY
+from mcprl.eval.metrics import CI_KEY
 from mcprl.training import grpo
 from mcprl.training.callbacks import CallbackList, build_callbacks
 from mcprl.training.checkpoint import (
@@ -317,7 +317,7 @@ def _eval(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: P
     callbacks.on_eval(name, results)
     overall = results["overall"]
     return {"success_rate": overall.get("success_rate"), "pass@1": overall.get("pass@1"),
-            "pass@1_ci95": overall.get(CI_KEY),
+            CI_KEY: overall.get(CI_KEY),
             "by_complexity": {k: v.get("success_rate") for k, v in results.get("by_complexity", {}).items()},
             "tool_error_rate": overall.get("tool_error_rate"), "mean_turns": overall.get("mean_turns"),
             "seconds": round(seconds, 1)}
