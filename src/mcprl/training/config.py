@@ -755,8 +755,11 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
     kl = "off" if a.kl_coef == 0 else f"{a.kl_coef} ({'loss' if a.use_kl_loss else 'in reward'}, {a.kl_estimator})"
     length = f"{cfg.sft.max_steps} steps" if cfg.sft.max_steps else f"{cfg.sft.epochs} epoch(s)"
     cap = f" (cap {cfg.sft.max_seconds:g} s)" if cfg.sft.max_seconds else ""
-    prompt = ("" if not cfg.sft.detach_prompt else ", prompt with gradient (gradient checkpointing drops the prefix "
-              "cache)" if ft.gradient_checkpointing and engine == "embedded" else ", prompt without gradient")
+    prompt = ""
+    if cfg.sft.detach_prompt:
+        checkpointing = ft.gradient_checkpointing and engine == "embedded"
+        prompt = (", prompt with gradient (gradient checkpointing drops the prefix cache)" if checkpointing
+                  else ", prompt without gradient")
     sft = (f"on: {length}{cap}, lr {cfg.sft.lr} ({cfg.sft.lr_scheduler}), batch {cfg.sft.batch_size}{prompt}, "
            f"demos {_exists(cfg.data.experts_path())}") if cfg.sft.enabled else "off"
     ds = a.dynamic_sampling

@@ -32,11 +32,6 @@ def _base_and_head(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Mo
     return inner.model, inner.lm_head
 
 
-def uses_gradient_checkpointing(model: PreTrainedModel) -> bool:
-    base, _ = _base_and_head(model)
-    return base.training and bool(getattr(base, "is_gradient_checkpointing", False))
-
-
 def detachable_prefix(select: torch.Tensor) -> int:
     """Positions before every row's first selected token, less the one that predicts it: the prompt
     part a forward pass may encode without gradient (`detached_prefix` below)."""
@@ -61,7 +56,8 @@ def selected_token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, att
     base, head = _base_and_head(model)
     device = head.weight.device
     input_ids, attention_mask, select = input_ids.to(device), attention_mask.to(device), select.to(device)
-    p = 0 if uses_gradient_checkpointing(model) else detached_prefix
+    checkpointing = base.training and bool(getattr(base, "is_gradient_checkpointing", False))
+    p = 0 if checkpointing else detached_prefix
     if p and bool(select[:, :p + 1].any()):
         raise ValueError(f"a selected token lies in the detached prefix of {p} positions")
     with autocast_for(model, bf16):
