@@ -114,11 +114,13 @@ class DataConfig:
 class SFTConfig:
     enabled: bool = opt(True, "Run supervised fine-tuning on the expert demonstrations before GRPO.")
     epochs: float = opt(1.0, "Passes over the demonstrations (fractions allowed).")
-    max_steps: int | None = opt(100, "Stop after this many optimizer steps (overrides epochs).")
+    max_steps: int | None = opt(160, "Stop after this many optimizer steps (overrides epochs).")
     lr: float = opt(1e-4, "Learning rate (1e-4 for a full fine-tune; LoRA wants about 5e-4).")
-    batch_size: int = opt(4, "Demonstrations per optimizer step.")
-    micro_batch_size: int = opt(2, "Demonstrations per forward/backward (peak memory; a full fine-tune of 4 x 1024 "
-                                   "tokens peaks at 7.4 GB with 4, 4.7 GB with 1, at the same speed).")
+    batch_size: int = opt(
+        1, "Demonstrations per optimizer step: at equal demos and time, 1 learned far more than 4 "
+           "(docs/benchmarks.md, \"What the warm start needs\").")
+    micro_batch_size: int = opt(1, "Demonstrations per forward/backward when batch_size > 1 (peak memory; a full "
+                                   "fine-tune of 4 x 1024 tokens peaks at 7.4 GB with 4, 4.7 GB with 1, same speed).")
     max_seq_len: int = opt(1024, "Longer demonstrations are truncated to this many tokens.")
     warmup_steps: int = opt(3, "Linear warm-up steps.")
     lr_scheduler: LRSchedule = opt(
