@@ -48,7 +48,7 @@ def one(variant: str, checkpoint: Path, prompts: int, batches: int) -> dict[str,
     tasks, _, _ = prepare_data(cfg)
     stream = prompt_stream(tasks, cfg.run.seed)
     sampling = policy.rollouts.sampling(cfg.rollout.temperature)
-    wall, generated, episodes, informative = 0.0, 0, 0, 0
+    wall, generated, episodes = 0.0, 0, 0
     for _ in range(batches):
         chosen = [next(stream) for _ in range(prompts)]
         t0 = time.perf_counter()
@@ -56,11 +56,8 @@ def one(variant: str, checkpoint: Path, prompts: int, batches: int) -> dict[str,
         wall += time.perf_counter() - t0
         generated += sum(sum(mask) for mask in result.output["loss_masks"])
         episodes += len(result.trajectories)
-        rewards = [t["reward"] for t in result.trajectories]
-        groups = [rewards[i:i + cfg.algo.group_size] for i in range(0, len(rewards), cfg.algo.group_size)]
-        informative += sum(max(g) > min(g) for g in groups)
     policy.engine.close()
-    return {"wall_s": wall, "episodes": episodes, "generated": generated, "informative": informative, **timed}
+    return {"wall_s": wall, "episodes": episodes, "generated": generated, **timed}
 
 
 def main() -> None:

@@ -98,8 +98,6 @@ def test_later_overrides_win_and_yaml_floats_without_dot_are_numbers(tmp_path):
     ("logging.wandb.enabled=maybe", "logging.wandb.enabled must be true, false or auto, got 'maybe'"),
     ("finetune.lora.target_modules=q_proj", "finetune.lora.target_modules must be a list of strings"),
     ("sft.micro_batch_size=0", "sft.batch_size, sft.micro_batch_size and sft.max_seq_len must be >= 1"),
-    ("algo.dynamic_sampling.prompts_per_batch=2", "prompts_per_batch=2 needs type filter and at least "
-                                                  "algo.prompts_per_step (3) prompts, or null"),
     ("algo.lr.x=1", "'algo.lr' is a value, not a section"),
     ("model=3", "'model' must be a mapping"),
     ("data.train=tasks.csv", "data.train=tasks.csv must be a .json, .jsonl, .parquet file"),

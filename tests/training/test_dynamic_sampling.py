@@ -57,14 +57,6 @@ def test_filter_samples_until_enough_groups_have_reward_variance():
     assert metrics["sample_batches"] == 3 and metrics["frac_prompts_with_signal"] == pytest.approx(0.5)
 
 
-def test_filter_over_sampling_rolls_out_one_larger_batch_and_trains_on_prompts_per_step_groups():
-    names = ["solved-a", "mixed-b", "solved-c", "mixed-d", "mixed-e", "solved-f"]
-    output, uids, results, batches, state = step(names, DynamicSamplingConfig(type="filter", prompts_per_batch=5))
-    assert batches == [names[:5]] and state.grpo_prompts_drawn == 5
-    assert sorted(set(uids)) == ["1:mixed-b", "3:mixed-d"] and output["rewards"] == [0.0, 1.0, 0.0, 1.0]
-    assert rollout_metrics(results, 2)["frac_prompts_with_signal"] == pytest.approx(0.6)
-
-
 def test_filter_that_runs_out_of_batches_trains_on_what_it_collected():
     names = ["solved-a", "mixed-b", "solved-c", "solved-d"]
     output, uids, _, batches, _ = step(names, DynamicSamplingConfig(type="filter", max_sample_batches=2))

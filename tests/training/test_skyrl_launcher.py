@@ -130,7 +130,6 @@ class CharTokenizer:
     (["sft.enabled=true"], "sft.enabled=true: SkyRL's trainer runs GRPO only"),
     (["rollout.backend=hf"], "SkyRL's trainer generates with vLLM only"),
     (["finetune.top_layers=10"], "finetune.top_layers=10 with mode full: SkyRL's trainer fine-tunes every weight"),
-    (["algo.dynamic_sampling.prompts_per_batch=6"], "SkyRL's trainer rolls out prompts_per_step prompts per batch"),
     (["algo.prompts_per_step=500"], "data.train has 300 tasks, fewer than algo.prompts_per_step=500"),
     (["algo.micro_batch_size=5"], "SkyRL rejects the configuration: normalized policy_mini_batch_size_per_gpu 12 "
                                   "should be divisible by micro_train_batch_size_per_gpu 5"),

@@ -143,10 +143,6 @@ class DynamicSamplingConfig:
     max_sample_batches: int = opt(
         3, "Rollout batches per step at most; then the step trains on what it has (SkyRL stops the run instead).")
     min_replace_ratio: float = opt(0.3, "replace: informative share of the batch below which it samples again.")
-    prompts_per_batch: int | None = opt(
-        None, "filter: prompts per rollout batch (DAPO's generation batch; null: algo.prompts_per_step). More "
-              "over-samples: one larger batch instead of several in a row, while the step still trains on "
-              "prompts_per_step groups; a CPU decodes 24 episodes almost as fast as 12 (docs/benchmarks.md).")
 
 
 @dataclass
@@ -181,9 +177,6 @@ class AlgoConfig:
     dynamic_sampling: DynamicSamplingConfig = opt(
         DynamicSamplingConfig(), "Resample prompts whose group has no reward variance (no GRPO gradient).")
 
-    def rollout_prompts(self) -> int:
-        return self.dynamic_sampling.prompts_per_batch or self.prompts_per_step
-
 
 @dataclass
 class VLLMConfig:
@@ -196,7 +189,7 @@ class VLLMConfig:
 class RolloutConfig:
     backend: Literal["auto", "hf", "vllm"] = opt(
         "auto", "Generation backend; auto picks vLLM for LoRA when vLLM and a CUDA GPU are present, else HF.")
-    num_envs: int | None = opt(None, "Episodes run concurrently; default: a rollout batch's prompts * group_size.")
+    num_envs: int | None = opt(None, "Episodes run concurrently; default prompts_per_step * group_size.")
     max_turns: int = opt(6, "Model turns per episode.")
     max_idle_turns: int | None = opt(
         EnvConfig.max_idle_turns,
@@ -279,7 +272,7 @@ class TrainConfig:
 
     @property
     def num_envs(self) -> int:
-        return self.rollout.num_envs or self.algo.rollout_prompts() * self.algo.group_size
+        return self.rollout.num_envs or self.algo.prompts_per_step * self.algo.group_size
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -595,10 +588,6 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
          f"algo.dynamic_sampling.max_sample_batches must be >= 1, got {a.dynamic_sampling.max_sample_batches}"),
         (0 <= a.dynamic_sampling.min_replace_ratio < 1,
          f"algo.dynamic_sampling.min_replace_ratio must be in [0, 1), got {a.dynamic_sampling.min_replace_ratio}"),
-        (a.dynamic_sampling.prompts_per_batch is None or (a.dynamic_sampling.type == "filter"
-                                                          and a.dynamic_sampling.prompts_per_batch >= a.prompts_per_step),
-         f"algo.dynamic_sampling.prompts_per_batch={a.dynamic_sampling.prompts_per_batch} needs type filter and "
-         f"at least algo.prompts_per_step ({a.prompts_per_step}) prompts, or null"),
         (r.num_envs is None or r.num_envs >= 1, f"rollout.num_envs must be >= 1 or null, got {r.num_envs}"),
         (r.max_turns >= 1, f"rollout.max_turns must be >= 1, got {r.max_turns}"),
         (r.max_idle_turns is None or r.max_idle_turns >= 1,
@@ -776,8 +765,7 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
     sft = (f"on: {length}{cap}, lr {cfg.sft.lr} ({cfg.sft.lr_scheduler}), batch {cfg.sft.batch_size}{prompt}, "
            f"demos {_exists(cfg.data.experts_path())}") if cfg.sft.enabled else "off"
     ds = a.dynamic_sampling
-    sampling = (f"dynamic sampling {ds.type} (<= {ds.max_sample_batches} batches/step of {a.rollout_prompts()} prompts)"
-                if ds.type else "no dynamic sampling")
+    sampling = f"dynamic sampling {ds.type} (<= {ds.max_sample_batches} batches/step)" if ds.type else "no dynamic sampling"
     wandb = _wandb_line(cfg.logging.wandb)
     lines = [
         f"engine:     {engine}",

@@ -147,9 +147,6 @@ def _check_supported(cfg: TrainConfig) -> None:
                           "--engine embedded first and point model.name at its checkpoint)")
     if cfg.rollout.backend == "hf":
         raise ConfigError("rollout.backend=hf: SkyRL's trainer generates with vLLM only; use backend: vllm or auto")
-    if cfg.algo.dynamic_sampling.prompts_per_batch not in (None, cfg.algo.prompts_per_step):
-        raise ConfigError(f"algo.dynamic_sampling.prompts_per_batch={cfg.algo.dynamic_sampling.prompts_per_batch}: "
-                          "SkyRL's trainer rolls out prompts_per_step prompts per batch; set it to null")
     if cfg.finetune.mode == "full" and cfg.finetune.top_layers is not None:
         raise ConfigError(f"finetune.top_layers={cfg.finetune.top_layers} with mode full: SkyRL's trainer fine-tunes "
                           "every weight; set top_layers: null, or use mode lora (adapters on the top layers)")

@@ -179,7 +179,7 @@ def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSa
     collected: dict[str, Any] = {"sample_batch_count": 0}
     results: list[RolloutResult] = []
     while True:
-        prompts = [next(stream) for _ in range(algo.rollout_prompts())]
+        prompts = [next(stream) for _ in range(algo.prompts_per_step)]
         first = state.grpo_prompts_drawn
         state.grpo_prompts_drawn += len(prompts)
         result = policy.rollouts.run(prompts, algo.group_size, sampling)
