@@ -1,5 +1,5 @@
-"""The full quickstart learning run (`make test-all`; about 20 minutes on 2 cores): the default model
-goes from no usable tool calls to solving held-out multi-turn tasks, chains included."""
+"""The full quickstart learning run (`make test-all`; ~20 min on 2 bf16 cores, 34 in fp32): the default
+model goes from no usable tool calls to solving held-out multi-turn tasks, chains included."""
 
 import json
 import math
@@ -10,7 +10,7 @@ import pytest
 from mcprl.training import trainer
 from mcprl.training.config import load_train_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # ~23 min; the suite default is 600 s
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]  # 34 min on an fp32 CPU; the suite default is 600 s
 
 
 def test_quickstart_learns_held_out_multi_turn_tasks(tmp_path: Path) -> None:
