@@ -23,18 +23,15 @@ def heldout_nll(model_or_checkpoint: str, demos: list[tuple[str, list[dict[str, 
 
     from mcprl.training.logprobs import selected_token_logprobs
     from mcprl.training.policy import load_policy_weights
-    from mcprl.training.sft import tokenize_conversation
+    from mcprl.training.sft import collate, tokenize_conversation
 
     model, tokenizer = load_policy_weights(model_or_checkpoint, device="cpu")
     model.eval()
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for complexity, messages in demos:
-        demo = tokenize_conversation(messages, tokenizer, 2048)
-        ids = torch.tensor([demo.input_ids])
-        select = torch.tensor([demo.loss_mask])
-        select[:, 0] = False  # the first token has no prediction
+        ids, attention, select = collate([tokenize_conversation(messages, tokenizer, 2048)], tokenizer.pad_token_id)
         with torch.no_grad():
-            logprobs = selected_token_logprobs(model, ids, torch.ones_like(ids), select).logprobs
+            logprobs = selected_token_logprobs(model, ids, attention, select).logprobs
         for key in (complexity, "all"):
             totals[key][0] -= logprobs.sum().item()
             totals[key][1] += logprobs.numel()
