@@ -118,7 +118,7 @@ class SFTConfig:
     lr: float = opt(1e-4, "Learning rate (1e-4 for a full fine-tune; LoRA wants about 5e-4).")
     batch_size: int = opt(
         1, "Demonstrations per optimizer step: at equal demos and time, 1 learned far more than 4 "
-           "(docs/benchmarks.md, \"What the warm start needs\").")
+           "(docs/benchmarks.md, \"Demos per SFT step\").")
     micro_batch_size: int = opt(1, "Demonstrations per forward/backward when batch_size > 1 (peak memory; a full "
                                    "fine-tune of 4 x 1024 tokens peaks at 7.4 GB with 4, 4.7 GB with 1, same speed).")
     max_seq_len: int = opt(1024, "Longer demonstrations are truncated to this many tokens.")
