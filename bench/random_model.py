@@ -2,7 +2,7 @@
 real weights cannot travel (a GPU machine with no model hub): the architecture's config, the default
 model's tokenizer and chat template, weights from the config's own init, saved in bf16.
 
-    python bench/random_model.py --out /tmp/qwen2.5-0.5b-random [--arch qwen2.5-0.5b] [--tokenizer DIR]
+    python bench/random_model.py --out /tmp/qwen2.5-0.5b-random [--arch qwen2.5-0.5b|smollm2-135m] [--tokenizer DIR]
 
 Such a model samples near-uniform tokens, so its turns run to `max_new_tokens` and its tool calls are
 malformed: tokens/s and step time are the heaviest case, success rates mean nothing.
@@ -14,21 +14,26 @@ import argparse
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Qwen2Config
 
-# Qwen2.5-0.5B-Instruct's config.json, except the vocabulary (the tokenizer's).
+# Each model's config.json, except the vocabulary (the tokenizer's). smollm2-135m is the default model's
+# shape, for the GPU tests where its GGUF (98 MB) cannot travel.
 ARCHS = {
-    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                         num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1_000_000.0,
-                         rms_norm_eps=1e-6, tie_word_embeddings=True),
+    "qwen2.5-0.5b": (Qwen2Config, dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                                       num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+                                       rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)),
+    "smollm2-135m": (LlamaConfig, dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                                       num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                                       rope_theta=100_000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)),
 }
 
 
 def build(arch: str, tokenizer_dir: Path, out: Path, seed: int = 0) -> int:
     """Write the checkpoint to `out`; returns its parameter count."""
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
-    config = Qwen2Config(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **ARCHS[arch])
+    config_class, shape = ARCHS[arch]
+    config = config_class(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **shape)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.save_pretrained(out)

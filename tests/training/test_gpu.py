@@ -1,11 +1,14 @@
 """The training paths on a CUDA model (skipped without a GPU; `bench/gpu_check.sh OUT tests` runs them there).
 
 The first GPU run found SFT and GRPO feeding CPU-built batches to a CUDA model, which no CPU test can see:
-these compare each path on the GPU with the same path on the CPU.
+these compare each path on the GPU with the same path on the CPU. MCPRL_GPU_TEST_MODEL names the model of the
+tests that load one (default: the default model; gpu_check.sh passes a random model of its shape, since the
+GGUF cannot travel to a machine with no package index).
 """
 
 import copy
 import math
+import os
 
 import pytest
 import torch
@@ -22,6 +25,7 @@ from .test_sft import _demo
 from .test_trainer_smoke import config, rows
 from .tiny_model import tiny_llama
 
+MODEL = os.environ.get("MCPRL_GPU_TEST_MODEL", DEFAULT_MODEL)
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
@@ -62,7 +66,7 @@ def test_grpo_update_on_cuda_matches_the_cpu():
 
 
 def test_engine_logprobs_on_cuda_are_the_trainers():
-    model, tokenizer = load_model(DEFAULT_MODEL, dtype="float32", device="cuda")
+    model, tokenizer = load_model(MODEL, dtype="float32", device="cuda")
     prompts = [chat(tokenizer, q) for q in QUESTIONS]
     outputs = generate_batch(model, tokenizer, prompts, {"temperature": 0, "max_tokens": 8})
     model.cpu()
@@ -72,9 +76,9 @@ def test_engine_logprobs_on_cuda_are_the_trainers():
 
 
 def test_gpu_config_shape_trains_on_cuda(tmp_path):
-    """configs/gpu.yaml's choices on the real default model: LoRA, gradient checkpointing, bf16."""
-    cfg = config(tmp_path, "gpu", "model.device=cuda", "model.dtype=bfloat16", "finetune.mode=lora",
-                 "finetune.gradient_checkpointing=true", "eval.before=false")
+    """configs/gpu.yaml's choices on the default model: LoRA, gradient checkpointing, bf16."""
+    cfg = config(tmp_path, "gpu", f"model.name={MODEL}", "model.device=cuda", "model.dtype=bfloat16",
+                 "finetune.mode=lora", "finetune.gradient_checkpointing=true", "eval.before=false")
     summary = trainer.train(cfg)
     metrics = rows(tmp_path / "gpu")
     assert all(math.isfinite(r["sft_loss"]) for r in metrics if r["phase"] == "sft")
