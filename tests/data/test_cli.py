@@ -53,6 +53,7 @@ def test_llm_generation_from_env_knobs(tmp_path, servers_yaml, monkeypatch):
     (["--method", "specs", "--out", "x.jsonl"], "needs --in FILE"),
     (["--method", "rules", "--out", "outdir"], "is a directory"),
     (["--method", "rules", "--out", "x.jsonl", "--split", "train=0.9"], "must sum to 1"),
+    (["--method", "rules", "--out", "x.jsonl", "--recovery", "1.5"], "recovery must be in [0, 1]"),
     (["--method", "specs", "--in", "missing.jsonl", "--out", "x.txt"], "specs file not found"),
 ])
 def test_generate_errors_are_one_clear_line(args, fragment, tmp_path, monkeypatch):

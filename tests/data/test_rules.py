@@ -1,12 +1,13 @@
 """Rule generator: determinism, verified ground truth, and experts that solve their tasks in the env."""
 
 import asyncio
+import random
 import json
 
 import pytest
 
 import mcprl.envs  # noqa: F401 - registers mcp_tool_env
-from mcprl.data.rules import TEMPLATES, build_world, generate
+from mcprl.data.rules import TEMPLATES, build_world, generate, misspell
 from mcprl.data.sample import sample_schema
 from mcprl.envs.mcp_env import MCPToolEnv
 from mcprl.rewards.answers import answer_matches
@@ -97,3 +98,72 @@ def test_heldout_entities_never_in_training():
     assert not set(train.tickers) & set(held.tickers)
     assert len(held.tickers) >= 8 and len(train.tickers) >= 30
     assert sum(len(v) for v in TEMPLATES.values()) >= 15
+
+
+@pytest.fixture(scope="module")
+def recovering():
+    return generate(36, seed=7, progress=False, recovery=1.0)
+
+
+def _without_slips(messages):
+    """The demo with each weight-0 call and the response to it taken out."""
+    kept, skip = [], False
+    for m in messages:
+        if m.get("weight") == 0:
+            skip = True
+        elif skip:
+            skip = False
+        else:
+            kept.append(m)
+    return kept
+
+
+def test_recovery_changes_only_the_demos(tasks, recovering):
+    dump = lambda out: json.dumps([s.to_dict() for s in out.samples], sort_keys=True)  # noqa: E731
+    assert dump(recovering) == dump(tasks)
+    with_ticker = [s for s in tasks.samples
+                   if any({"ticker", "symbol"} & set(st["params"]) for st in s.ground_truth["tool_sequence"])]
+    slipped = [e for e in recovering.experts if any(m.get("weight") == 0 for m in e["messages"])]
+    assert len(slipped) == len(with_ticker) > 20
+    for plain, expert in zip(tasks.experts, recovering.experts):
+        assert _without_slips(expert["messages"]) == plain["messages"]
+
+
+def test_each_slip_is_a_real_unknown_ticker_error_then_the_task_s_own_call(recovering):
+    misleading = 0
+    for expert in recovering.experts:
+        messages = expert["messages"]
+        for i, m in enumerate(messages):
+            if m.get("weight") != 0:
+                continue
+            assert m["role"] == "assistant" and "unknown ticker" in messages[i + 1]["content"]
+            wrong, right = (json.loads(messages[j]["content"].split("<tool_call>")[1].split("</tool_call>")[0])
+                            for j in (i, i + 2))
+            assert wrong["name"] == right["name"] and wrong["arguments"] != right["arguments"]
+            key = "ticker" if "ticker" in right["arguments"] else "symbol"
+            assert right["arguments"][key] in messages[1]["content"]  # the ticker the task names
+            misleading += f"did you mean '{right['arguments'][key]}'" not in messages[i + 1]["content"]
+    assert misleading >= 5  # some hints name a look-alike: the demo copies the task, not the hint
+
+
+def test_recovering_experts_still_solve_their_tasks_in_the_env(tasks, recovering):
+    for sample, expert in zip(tasks.samples, recovering.experts):
+        env = MCPToolEnv({}, {"reward_spec": sample.reward_spec, "extra_info": sample.extra_info})
+        env.init(sample.prompt)
+        outs = [env.step(m["content"]) for m in expert["messages"][2:] if m["role"] == "assistant"]
+        assert outs[-1]["done"] and env.success, (sample.task_id, [o["metadata"] for o in outs])
+
+
+def test_a_misspelling_is_never_the_ticker_or_its_look_alike():
+    rng = random.Random(0)
+    known = build_world(heldout=False).tickers
+    seen = {misspell("LIN", rng, known) for _ in range(300)}
+    assert "LIN" not in seen and "" not in seen and "LLY" not in seen
+    assert {"LN", "LLIN", "ILN"} <= seen  # the task's ticker, misspelled
+    assert seen & {"LL", "LY", "LLLY", "LYL"}  # a look-alike (LLY) half-remembered
+    assert misspell("T", rng, []) == "TT"
+
+
+def test_recovery_outside_zero_to_one_is_refused():
+    with pytest.raises(ValueError, match="recovery"):
+        generate(1, seed=7, progress=False, recovery=1.5)

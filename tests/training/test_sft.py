@@ -66,3 +66,24 @@ def test_gradient_checkpointing_encodes_the_whole_row_with_gradient_instead_of_f
     loss = sft_step(model, batch, 0, micro_batch_size=2, bf16=False, detach_prompt=True)
     assert loss["sft_loss"] == pytest.approx(full_loss["sft_loss"], abs=1e-5)
     torch.testing.assert_close(_grads(model), g_full, atol=1e-5, rtol=1e-4)
+
+
+def test_a_weight_0_message_stays_in_the_context_and_out_of_the_loss():
+    from transformers import AutoTokenizer
+
+    from mcprl.training.model import DEFAULT_MODEL, configure_tokenizer, resolve_model
+    from mcprl.training.sft import tokenize_conversation
+
+    tokenizer = configure_tokenizer(AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL)))
+    slip, fix = '<tool_call>{"name": "q", "arguments": {"t": "LLIN"}}</tool_call>', '<tool_call>{"name": "q", ' \
+        '"arguments": {"t": "LIN"}}</tool_call>'
+    messages = [{"role": "user", "content": "Price of LIN?"}, {"role": "assistant", "content": slip, "weight": 0},
+                {"role": "user", "content": "unknown ticker 'LLIN'"}, {"role": "assistant", "content": fix},
+                {"role": "user", "content": "42"}, {"role": "assistant", "content": "<answer>42</answer>"}]
+    example = tokenize_conversation(messages, tokenizer, 1024)
+    trained = tokenizer.decode([t for t, m in zip(example.input_ids, example.loss_mask) if m])
+    assert tokenizer.decode(example.input_ids).count("LLIN") == 2  # the slip and its error are context
+    assert "LLIN" not in trained and fix in trained and "<answer>42</answer>" in trained
+    unweighted = tokenize_conversation([{k: v for k, v in m.items() if k != "weight"} for m in messages],
+                                       tokenizer, 1024)
+    assert unweighted.input_ids == example.input_ids and sum(unweighted.loss_mask) > sum(example.loss_mask)

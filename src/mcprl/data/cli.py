@@ -50,6 +50,8 @@ def generate(
     dropped: Optional[Path] = typer.Option(None, "--dropped",
                                            help="llm/specs: dropped tasks; default <out stem>.dropped.jsonl."),
     heldout: bool = typer.Option(False, "--heldout", help="rules: draw from the held-out entities/templates."),
+    recovery: float = typer.Option(0.0, "--recovery", help="rules: share of expert demos that make a slip (a "
+                                   "misspelled ticker), get the real error and recover; the slip is not trained."),
     servers_config: Optional[Path] = ConfigOpt,
     model: str = typer.Option("gpt-4o-mini", envvar="OPENAI_MODEL", help="llm: model name at the endpoint."),
     backend: str = typer.Option("chat", envvar="OPENAI_BACKEND", help="llm: chat (chat.completions) | responses."),
@@ -83,7 +85,7 @@ def generate(
         raise _fail("--method specs needs --in FILE (conversation specs JSONL)")
     try:
         if method == "rules":
-            result = _rules(n, seed, style, heldout)
+            result = _rules(n, seed, style, heldout, recovery)
         elif method == "llm":
             result = _llm(n, seed, style, servers_config, model=model, backend=backend, max_tools=max_tools,
                           max_turns=max_turns, domains=_csv(domains), complexities=_csv(complexities) or [],
@@ -100,14 +102,14 @@ def generate(
         raise _fail("no sample was generated; see the dropped reasons above", 1)
 
 
-def _rules(n: int, seed: int, style: str, heldout: bool) -> Generated:
+def _rules(n: int, seed: int, style: str, heldout: bool, recovery: float) -> Generated:
     from mcprl.data.execute import Generated
 
     try:
         from mcprl.data.rules import generate as rules_generate
     except ImportError as e:
         raise ImportError(f"the rule generator is not available ({e})") from None
-    output = rules_generate(n, seed, style=style, heldout=heldout)
+    output = rules_generate(n, seed, style=style, heldout=heldout, recovery=recovery)
     return Generated(list(output.samples), list(output.experts), [])
 
 

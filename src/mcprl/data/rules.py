@@ -5,6 +5,12 @@ is executed against freshly started offline servers, and the ground truth (concr
 final answer) comes from that execution, so every task is provably solvable. The same run writes
 the expert trajectory (the full correct conversation in the env's format) for a supervised warm start.
 
+With `recovery` > 0 a share of the expert trajectories first makes a slip a small model makes (a
+misspelled ticker), shows the server's real error, then makes the correct call: a demonstration of
+recovering from a failed call, which correct-only demos never give. The slip carries `"weight": 0`
+(OpenAI's fine-tuning convention), so SFT learns the recovery without learning the slip. The tasks
+are the same whatever `recovery` is; only their demos change.
+
 Deterministic for a seed: fresh servers, one task at a time, seeded choices only.
 """
 
@@ -28,6 +34,7 @@ from mcprl.tools.manager import ToolInfo, ToolManager
 COMPLEXITY_WEIGHTS = {"simple": 0.4, "medium": 0.35, "complex": 0.25}
 POST_CHANNELS = ("general", "trading-desk", "random")  # writable; reads use read-only #alerts only
 HELDOUT_EVERY = 5  # every 5th ticker (sorted) is held out of training
+TICKER_KEYS = ("ticker", "symbol")  # the parameters a slip misspells
 
 
 class GenerationError(RuntimeError):
@@ -53,6 +60,15 @@ class Draft:
     answer: Callable[[Results], Any] | None  # None: an action task, done when its calls are made
     entities: tuple[str, ...]
     must_call_with: Callable[[Results], list[dict[str, Any]]] | None = None  # side effects that must be right
+
+
+@dataclass(frozen=True)
+class Slip:
+    """A wrong call made (and then corrected) before step `before` of a plan, with the server's real error."""
+
+    before: int
+    params: dict[str, Any]
+    result: dict[str, Any]
 
 
 @dataclass
@@ -337,8 +353,35 @@ async def _execute(tm: ToolManager, draft: Draft) -> tuple[list[dict[str, Any]],
     return calls, data, raw
 
 
+def misspell(ticker: str, rng: random.Random, known: list[str]) -> str:
+    """A slip made copying a ticker: a letter dropped, doubled or swapped with its neighbour (LIN: LN,
+    LLIN, ILN), or, half the time, a look-alike known ticker half-remembered (LIN: LL, after LLY). The
+    server's hint then names the look-alike, so the demo's correct call copies the task, not the hint."""
+    lookalikes = [k for k in known if k != ticker and k[0] == ticker[0]]
+    base = rng.choice(lookalikes) if lookalikes and rng.random() < 0.5 else ticker
+    i = rng.randrange(len(base))
+    slips = {base[:i] + base[i + 1:], base[:i] + base[i] + base[i:], base[:i] + base[i + 1:i + 2] + base[i] + base[i + 2:]}
+    return rng.choice(sorted(s for s in slips if s and s not in (ticker, base)))
+
+
+async def _slip(tm: ToolManager, calls: list[dict[str, Any]], known: list[str], rng: random.Random) -> Slip | None:
+    """A misspelled ticker in one of the calls, run on the server for its real error; None when no call
+    takes a ticker or every misspelling tried is another real ticker."""
+    spots = [(i, key) for i, call in enumerate(calls) for key in TICKER_KEYS if isinstance(call["params"].get(key), str)]
+    if not spots:
+        return None
+    i, key = rng.choice(spots)
+    for _ in range(5):
+        params = {**calls[i]["params"], key: misspell(calls[i]["params"][key], rng, known)}
+        result = await tm.execute_tool(f"{calls[i]['server']}.{calls[i]['tool']}", params)
+        if not result["ok"]:
+            return Slip(i, params, result)
+    return None
+
+
 def _task(index: int, draft: Draft, calls: list[dict[str, Any]], data: Results, raw: list[dict[str, Any]],
-          tools: list[ToolInfo], *, split: str, seed: int, style: str) -> tuple[SkyRLSample, dict[str, Any]]:
+          tools: list[ToolInfo], *, split: str, seed: int, style: str,
+          slip: Slip | None = None) -> tuple[SkyRLSample, dict[str, Any]]:
     servers = sorted({c["server"] for c in calls})
     allowed = [t for t in tools if t.server in servers and t.tool not in ADMIN_TOOLS]
     answer = draft.answer(data) if draft.answer else None
@@ -359,7 +402,11 @@ def _task(index: int, draft: Draft, calls: list[dict[str, Any]], data: Results, 
                          extra_info={"template": draft.template, "entities": list(draft.entities), "split": split,
                                      "dedup_key": f"{draft.template}|{'|'.join(draft.entities)}"})
     messages = list(prompt)
-    for call, result in zip(calls, raw):
+    for i, (call, result) in enumerate(zip(calls, raw)):
+        if slip is not None and slip.before == i:
+            messages.append({"role": "assistant", "content": format_tool_call(call["tool"], slip.params, style),
+                             "weight": 0})
+            messages.append({"role": "user", "content": tool_response(slip.result)})
         messages.append({"role": "assistant", "content": format_tool_call(call["tool"], call["params"], style)})
         messages.append({"role": "user", "content": tool_response(result)})
     if answer is not None:
@@ -370,10 +417,13 @@ def _task(index: int, draft: Draft, calls: list[dict[str, Any]], data: Results, 
 
 
 async def generate_async(n: int, seed: int, *, style: str = "hermes", heldout: bool = False,
-                         progress: bool = True) -> RuleOutput:
-    rng = random.Random(f"mcprl-rules:{seed}:{'heldout' if heldout else 'train'}")
-    world = build_world(heldout)
+                         progress: bool = True, recovery: float = 0.0) -> RuleOutput:
+    if not 0.0 <= recovery <= 1.0:
+        raise ValueError(f"recovery must be in [0, 1] (a share of the demos), got {recovery}")
     split = "heldout" if heldout else "train"
+    rng = random.Random(f"mcprl-rules:{seed}:{split}")
+    slips = random.Random(f"mcprl-rules-recovery:{seed}:{split}")  # its own stream: the tasks do not depend on it
+    world = build_world(heldout)
     out = RuleOutput()
     async with ToolManager(default_servers_config()) as tm:
         tools = tm.tools()
@@ -382,14 +432,17 @@ async def generate_async(n: int, seed: int, *, style: str = "hermes", heldout: b
             while len(out.samples) < n:
                 draft = draw(rng, world)
                 calls, data, raw = await _execute(tm, draft)
+                slip = await _slip(tm, calls, world.tickers, slips) if slips.random() < recovery else None
                 sample, expert = _task(len(out.samples), draft, calls, data, raw, tools,
-                                       split=split, seed=seed, style=style)
+                                       split=split, seed=seed, style=style, slip=slip)
                 out.samples.append(sample)
                 out.experts.append(expert)
                 bar.advance(job)
     return out
 
 
-def generate(n: int, seed: int, *, style: str = "hermes", heldout: bool = False, progress: bool = True) -> RuleOutput:
-    """`n` verified tasks (and their expert trajectories) from the rule templates."""
-    return asyncio.run(generate_async(n, seed, style=style, heldout=heldout, progress=progress))
+def generate(n: int, seed: int, *, style: str = "hermes", heldout: bool = False, progress: bool = True,
+             recovery: float = 0.0) -> RuleOutput:
+    """`n` verified tasks (and their expert trajectories) from the rule templates; `recovery` of the
+    demos first make a slip and recover from it."""
+    return asyncio.run(generate_async(n, seed, style=style, heldout=heldout, progress=progress, recovery=recovery))

@@ -93,6 +93,8 @@ class DataGenerateConfig:
     n_train: int = opt(300, "Training tasks to generate.")
     n_eval: int = opt(24, "Evaluation tasks to generate.")
     seed: int = opt(1, "Seed of the generator.")
+    recovery: float = opt(0.0, "rules: share of SFT demos that misspell a ticker, get the server's error and call "
+                               "again correctly (the slip is masked out of the loss); the tasks stay the same.")
 
 
 @dataclass
@@ -557,6 +559,8 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
           for key, path in (("train", cfg.data.train), ("eval", cfg.data.eval), ("experts", cfg.data.experts_path()))),
         (cfg.data.generate.n_train >= 1 and cfg.data.generate.n_eval >= 1,
          "data.generate.n_train and n_eval must be >= 1"),
+        (0.0 <= cfg.data.generate.recovery <= 1.0,
+         f"data.generate.recovery is a share of the demos, in [0, 1]; got {cfg.data.generate.recovery}"),
         (not s.enabled or s.lr > 0, f"sft.lr must be positive, got {s.lr}"),
         (s.epochs > 0, f"sft.epochs must be positive, got {s.epochs}"),
         (s.max_steps is None or s.max_steps >= 1, f"sft.max_steps must be >= 1 or null, got {s.max_steps}"),

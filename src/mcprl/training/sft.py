@@ -1,7 +1,9 @@
 """Supervised warm start on expert trajectories: the model learns the call format and the chains.
 
 The loss covers the assistant turns only (tool calls, final answers and their end-of-turn token),
-never the prompt or tool outputs, exactly the tokens GRPO later trains.
+never the prompt or tool outputs, exactly the tokens GRPO later trains. An assistant message with
+`"weight": 0` (OpenAI's fine-tuning convention) stays in the context but out of the loss: a demo's
+deliberate mistake, shown so that the model learns what follows it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def load_experts(path: str | Path) -> list[dict[str, Any]]:
 
 def tokenize_conversation(messages: list[dict[str, str]], tokenizer: PreTrainedTokenizerBase,
                           max_seq_len: int) -> SFTExample:
-    """Render with the chat template, then mark each assistant message and the end token that follows it."""
+    """Render with the chat template, then mark each assistant message (unless its weight is 0) and the end
+    token that follows it."""
     text = tokenizer.apply_chat_template(messages, tokenize=False)
     spans, cursor = [], 0
     end_token = tokenizer.eos_token or ""
@@ -40,7 +43,7 @@ def tokenize_conversation(messages: list[dict[str, str]], tokenizer: PreTrainedT
         if start < 0:
             raise ValueError(f"chat template dropped a {message['role']} message: {message['content'][:60]!r}")
         stop = start + len(message["content"])
-        if message["role"] == "assistant":
+        if message["role"] == "assistant" and message.get("weight", 1):
             if end_token and text.startswith(end_token, stop):
                 stop += len(end_token)
             spans.append((start, stop))

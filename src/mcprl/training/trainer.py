@@ -10,6 +10,7 @@ import json
 import math
 import random
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -47,21 +48,28 @@ logger.disable("skyrl.train.utils.trainer_utils")  # dynamic sampling's banners;
 # ------------------------------------------------------------------------------------------------ data
 
 def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample], Path]:
-    """Train tasks, held-out eval tasks (unseen entities) and expert demos; generated when missing."""
+    """Train tasks, held-out eval tasks (unseen entities) and expert demos; generated when missing, and
+    generated again when `data.generate` changed since mcprl generated them (a stamp beside data.train
+    records it; files without a stamp are the user's and are never replaced)."""
     train_path, eval_path, experts_path = Path(cfg.data.train), Path(cfg.data.eval), Path(cfg.data.experts_path())
+    g = cfg.data.generate
+    stamp, wanted = train_path.with_name(f"{train_path.stem}.generate.json"), json.dumps(asdict(g), sort_keys=True)
     missing = not (train_path.exists() and eval_path.exists() and (experts_path.exists() or not cfg.sft.enabled))
-    if cfg.data.regenerate or missing:
-        g = cfg.data.generate
+    stale = stamp.exists() and stamp.read_text() != wanted
+    if cfg.data.regenerate or missing or stale:
         if g.method != "rules":
             raise ValueError(f"data files are missing and data.generate.method={g.method} needs inputs; "
                              f"run `mcprl data generate --method {g.method} ...` first")
+        if stale and not missing:
+            console.print(f"data.generate changed since {train_path} was generated: generating it again")
         with console.status(f"generating {g.n_train} training and {g.n_eval} held-out tasks"):
-            train = generate(g.n_train, g.seed, progress=False)
+            train = generate(g.n_train, g.seed, progress=False, recovery=g.recovery)
             held = generate(g.n_eval, g.seed, heldout=True, progress=False)
         write_samples(train.samples, train_path)
         write_samples(held.samples, eval_path)
         experts_path.parent.mkdir(parents=True, exist_ok=True)
         experts_path.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in train.experts))
+        stamp.write_text(wanted)
     return read_samples(train_path), read_samples(eval_path), experts_path
 
 

@@ -1,0 +1,38 @@
+"""The trainer's datasets: generated when missing, again when `data.generate` changes, never over the user's."""
+
+import json
+
+from mcprl.training.config import load_train_config
+from mcprl.training.trainer import prepare_data
+
+
+def _config(tmp_path, *extra):
+    return load_train_config("configs/quickstart.yaml", [
+        "data.generate.n_train=6", "data.generate.n_eval=1", f"data.train={tmp_path / 'train.jsonl'}",
+        f"data.eval={tmp_path / 'test.jsonl'}", *extra])
+
+
+def _slips(experts_path):
+    return sum(m.get("weight") == 0 for line in experts_path.read_text().splitlines()
+               for m in json.loads(line)["messages"])
+
+
+def test_generated_once_then_again_only_when_the_generation_settings_change(tmp_path):
+    train, _, experts = prepare_data(_config(tmp_path))
+    assert len(train) == 6 and _slips(experts) == 0
+    written = experts.stat().st_mtime_ns
+    prepare_data(_config(tmp_path))
+    assert experts.stat().st_mtime_ns == written  # same settings: the files are reused
+
+    again, _, experts = prepare_data(_config(tmp_path, "data.generate.recovery=1.0"))
+    assert [s.to_dict() for s in again] == [s.to_dict() for s in train]  # the same tasks
+    assert _slips(experts) >= 3  # with demos of recovery
+
+
+def test_files_without_a_stamp_are_the_users_and_stay(tmp_path):
+    prepare_data(_config(tmp_path))
+    (tmp_path / "train.generate.json").unlink()
+    experts = tmp_path / "train.experts.jsonl"
+    mine = experts.read_text()
+    prepare_data(_config(tmp_path, "data.generate.recovery=1.0"))
+    assert experts.read_text() == mine
