@@ -1,8 +1,8 @@
 """Rule generator: determinism, verified ground truth, and experts that solve their tasks in the env."""
 
 import asyncio
-import random
 import json
+import random
 
 import pytest
 

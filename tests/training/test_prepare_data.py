@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from mcprl.training.config import load_train_config
 from mcprl.training.trainer import prepare_data
 
@@ -36,3 +38,9 @@ def test_files_without_a_stamp_are_the_users_and_stay(tmp_path):
     mine = experts.read_text()
     prepare_data(_config(tmp_path, "data.generate.recovery=1.0"))
     assert experts.read_text() == mine
+
+
+def test_files_generated_with_other_settings_and_a_method_that_needs_inputs_say_so(tmp_path):
+    prepare_data(_config(tmp_path))
+    with pytest.raises(ValueError, match="generated with other data.generate settings.*method=llm needs inputs"):
+        prepare_data(_config(tmp_path, "data.generate.method=llm"))

@@ -360,14 +360,17 @@ def misspell(ticker: str, rng: random.Random, known: list[str]) -> str:
     lookalikes = [k for k in known if k != ticker and k[0] == ticker[0]]
     base = rng.choice(lookalikes) if lookalikes and rng.random() < 0.5 else ticker
     i = rng.randrange(len(base))
-    slips = {base[:i] + base[i + 1:], base[:i] + base[i] + base[i:], base[:i] + base[i + 1:i + 2] + base[i] + base[i + 2:]}
+    dropped, doubled, swapped = base[:i] + base[i + 1:], base[:i] + base[i] + base[i:], \
+        base[:i] + base[i + 1:i + 2] + base[i] + base[i + 2:]
+    slips = {dropped, doubled, swapped}
     return rng.choice(sorted(s for s in slips if s and s not in (ticker, base)))
 
 
 async def _slip(tm: ToolManager, calls: list[dict[str, Any]], known: list[str], rng: random.Random) -> Slip | None:
     """A misspelled ticker in one of the calls, run on the server for its real error; None when no call
     takes a ticker or every misspelling tried is another real ticker."""
-    spots = [(i, key) for i, call in enumerate(calls) for key in TICKER_KEYS if isinstance(call["params"].get(key), str)]
+    spots = [(i, key) for i, call in enumerate(calls) for key in TICKER_KEYS
+             if isinstance(call["params"].get(key), str)]
     if not spots:
         return None
     i, key = rng.choice(spots)

@@ -58,7 +58,9 @@ def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample]
     stale = stamp.exists() and stamp.read_text() != wanted
     if cfg.data.regenerate or missing or stale:
         if g.method != "rules":
-            raise ValueError(f"data files are missing and data.generate.method={g.method} needs inputs; "
+            state = ("are missing" if missing else "were generated with other data.generate settings" if stale
+                     else "are to be regenerated (data.regenerate)")
+            raise ValueError(f"data files {state} and data.generate.method={g.method} needs inputs; "
                              f"run `mcprl data generate --method {g.method} ...` first")
         if stale and not missing:
             console.print(f"data.generate changed since {train_path} was generated: generating it again")
