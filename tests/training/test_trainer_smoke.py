@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mcprl.eval.trajectory import load_trajectories
 from mcprl.training import trainer
 from mcprl.training.callbacks import Callback, CallbackList
 from mcprl.training.config import load_train_config
@@ -51,6 +52,10 @@ def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch, mode):
     assert all(math.isfinite(r["sft_loss"]) for r in sft)
     assert all(math.isfinite(r["policy_loss"]) and math.isfinite(r["reward_mean"]) for r in grpo)
     assert all(0 < r["rollout_s"] <= r["time_s"] and r["rollout_tok_s"] > 0 for r in grpo)
+    for step in grpo:  # every episode of the step, as eval trajectories whose rewards give the logged mean
+        episodes = load_trajectories(run / "rollouts" / f"grpo_step_{step['step']}.jsonl")
+        assert len(episodes) == 4 * step["sample_batches"]
+        assert sum(t.reward for t in episodes) / len(episodes) == pytest.approx(step["reward_mean"])
     assert (run / "checkpoints" / "latest").read_text() == "step_done"  # a fixed name, whatever the step count
     assert Path(summary["final_checkpoint"]).name == "step_done"
     weights = "adapter_model.safetensors" if mode == "lora" else "model.safetensors"

@@ -245,6 +245,8 @@ class LoggingConfig:
     wandb: WandbConfig = opt(WandbConfig(), "Weights & Biases.")
     tensorboard: bool = opt(False, "Write TensorBoard events to RUN_DIR/tensorboard (needs `tensorboard`).")
     console_every: int = opt(1, "Print a one-line summary every N steps (0: never).")
+    rollouts: bool = opt(True, "Write each GRPO step's episodes, dropped groups included, to "
+                               "RUN_DIR/rollouts/grpo_step_N.jsonl (the eval trajectory format).")
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -175,6 +176,15 @@ def rollout_metrics(results: list[RolloutResult], group_size: int) -> dict[str, 
             "reward_var_per_prompt_mean": float(variances.mean()), "sample_batches": float(len(results))}
 
 
+def write_rollouts(path: Path, results: list[RolloutResult]) -> None:
+    """The step's episodes as eval trajectories, so `mcprl eval` tooling and a reader can see what GRPO
+    learned from (group rewards, the calls behind them), not just their means."""
+    from mcprl.eval.trajectory import as_trajectories, dump_trajectories
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dump_trajectories(as_trajectories(t for r in results for t in r.trajectories), path)
+
+
 def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSample], state: TrainState,
                       sampling: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[RolloutResult]]:
     """One step's rollouts, through SkyRL's dynamic sampling when configured.
@@ -241,6 +251,8 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
                                                 "rollout_tok_s": policy.engine.stats.tokens_per_second,
                                                 **rollout_metrics(results, algo.group_size),
                                                 **metrics, "rss_gb": rss_gb()})
+            if cfg.logging.rollouts:
+                write_rollouts(run_dir / "rollouts" / f"grpo_step_{state.grpo_step}.jsonl", results)
             bar.advance(job)
             if algo.save_every and state.grpo_step % algo.save_every == 0:
                 state.elapsed_s = clock.total
@@ -282,6 +294,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
     if checkpoint is not None:
         state = read_state(checkpoint)
         console.print(f"resuming from {checkpoint} ({state.phase} step {state.tag})")
+        adopt_evals(checkpoint, run_dir, state)
     callbacks = build_callbacks(cfg, run_dir)
     callbacks.on_train_start(cfg, run_dir)
     clock = Clock(state.elapsed_s)
@@ -316,6 +329,22 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
         policy.engine.close()
     _report(run_dir)
     return summary
+
+
+def adopt_evals(checkpoint: Path, run_dir: Path, state: TrainState) -> None:
+    """A checkpoint from another run brings that run's evals (eval_base/, eval_sft/) into this one, so the
+    report and the paired tests still compare base -> sft -> grpo on the same tasks."""
+    source = Path(checkpoint).resolve().parent.parent
+    if source == run_dir.resolve():
+        return
+    for name in list(state.evals):
+        src, dst = source / f"eval_{name}", run_dir / f"eval_{name}"
+        if src.is_dir():
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.copytree(src, dst)
+        else:
+            console.print(f"[yellow]{src} is gone: eval_{name} left out of this run's summary[/yellow]")
+            del state.evals[name]
 
 
 def _eval(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: Path, name: str,
