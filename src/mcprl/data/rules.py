@@ -360,8 +360,9 @@ def misspell(ticker: str, rng: random.Random, known: list[str]) -> str:
     lookalikes = [k for k in known if k != ticker and k[0] == ticker[0]]
     base = rng.choice(lookalikes) if lookalikes and rng.random() < 0.5 else ticker
     i = rng.randrange(len(base))
-    dropped, doubled, swapped = base[:i] + base[i + 1:], base[:i] + base[i] + base[i:], \
-        base[:i] + base[i + 1:i + 2] + base[i] + base[i + 2:]
+    dropped = base[:i] + base[i + 1:]
+    doubled = base[:i] + base[i] + base[i:]
+    swapped = base[:i] + base[i + 1:i + 2] + base[i] + base[i + 2:]
     slips = {dropped, doubled, swapped}
     return rng.choice(sorted(s for s in slips if s and s not in (ticker, base)))
 
