@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from peft import PeftModel, set_peft_model_state_dict
 from safetensors.torch import load_file
+from torch.optim.swa_utils import AveragedModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 STATE_FILE = "trainer_state.json"
@@ -59,7 +60,7 @@ def set_rng_state(state: dict[str, Any], extra: dict[str, torch.Generator] | Non
 
 def save_checkpoint(run_dir: Path, state: TrainState, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                     optimizer: torch.optim.Optimizer | None, scheduler: Any, generators: dict[str, torch.Generator],
-                    keep: int = 2) -> Path:
+                    keep: int = 2, averaged: AveragedModel | None = None) -> Path:
     root = Path(run_dir) / "checkpoints"
     path = root / f"step_{state.tag}"
     tmp = root / f".tmp_{state.tag}"
@@ -69,7 +70,8 @@ def save_checkpoint(run_dir: Path, state: TrainState, model: PreTrainedModel, to
     tokenizer.save_pretrained(tmp / "model")
     torch.save({"optimizer": optimizer.state_dict() if optimizer else None,
                 "scheduler": scheduler.state_dict() if scheduler else None,
-                "rng": rng_state(generators)}, tmp / "training.pt")
+                "rng": rng_state(generators),
+                "averaged": averaged.state_dict() if averaged is not None else None}, tmp / "training.pt")
     (tmp / STATE_FILE).write_text(json.dumps(asdict(state), indent=1))
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
@@ -115,13 +117,15 @@ def load_weights(path: Path, model: PreTrainedModel) -> None:
 
 
 def load_checkpoint(path: Path, model: PreTrainedModel, optimizer: torch.optim.Optimizer | None, scheduler: Any,
-                    generators: dict[str, torch.Generator]) -> TrainState:
+                    generators: dict[str, torch.Generator], averaged: AveragedModel | None = None) -> TrainState:
     load_weights(path, model)
     extra = torch.load(Path(path) / "training.pt", weights_only=False)
     if optimizer is not None and extra["optimizer"] is not None:
         optimizer.load_state_dict(extra["optimizer"])
     if scheduler is not None and extra["scheduler"] is not None:
         scheduler.load_state_dict(extra["scheduler"])
+    if averaged is not None and extra.get("averaged") is not None:
+        averaged.load_state_dict(extra["averaged"])
     set_rng_state(extra["rng"], generators)
     return read_state(path)
 

@@ -129,6 +129,9 @@ class SFTConfig:
         "constant", "Learning-rate schedule after warm-up (cosine decays to 0 at max_steps or the last epoch).")
     max_seconds: float | None = opt(
         900.0, "Stop SFT after this many training seconds (a cap on slow machines; time-matched baselines).")
+    ema_decay: float | None = opt(
+        None, "Warm start = an exponential moving average of the SFT weights with this decay (0.95: about the "
+              "last 20 steps), not the last step's: at batch_size 1 the last few demos otherwise decide it.")
     save_every: int = opt(0, "Checkpoint every N SFT steps (0: only when the phase ends).")
     detach_prompt: bool = opt(
         True, "Encode each demo's prompt (system + task, before the first assistant turn) without gradient: "
@@ -569,6 +572,7 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
         (s.batch_size >= 1 and s.micro_batch_size >= 1 and s.max_seq_len >= 1,
          "sft.batch_size, sft.micro_batch_size and sft.max_seq_len must be >= 1"),
         (s.warmup_steps >= 0, f"sft.warmup_steps must be >= 0, got {s.warmup_steps}"),
+        (s.ema_decay is None or 0 < s.ema_decay < 1, f"sft.ema_decay must be in (0, 1) or null, got {s.ema_decay}"),
         (a.group_size >= 2, f"algo.group_size must be >= 2 for GRPO (advantages compare rollouts of one prompt), "
                             f"got {a.group_size}"),
         (a.advantage_estimator not in CRITIC_ESTIMATORS,

@@ -22,6 +22,7 @@ from loguru import logger
 from rich.console import Console
 from rich.progress import Progress
 from skyrl.train.utils.trainer_utils import handle_dynamic_sampling
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from mcprl.data.rules import generate
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
@@ -128,8 +129,10 @@ def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, state: TrainSt
     total = cfg.sft.max_steps or max(1, math.ceil(cfg.sft.epochs * len(examples) / cfg.sft.batch_size))
     opt, sched = optimizer_for(policy, cfg.sft.lr, 0.0, cfg.sft.warmup_steps, total, cfg.sft.lr_scheduler)
     generators = {"engine": policy.engine.generator}
+    averaged = (AveragedModel(policy.model, multi_avg_fn=get_ema_multi_avg_fn(cfg.sft.ema_decay))
+                if cfg.sft.ema_decay else None)
     if resume_from is not None:
-        load_checkpoint(resume_from, policy.model, opt, sched, generators)
+        load_checkpoint(resume_from, policy.model, opt, sched, generators, averaged)
     stream = batches(examples, cfg.sft.batch_size, random.Random(f"{cfg.run.seed}:sft"))
     for _ in range(state.sft_batches_drawn):
         next(stream)
@@ -145,6 +148,8 @@ def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, state: TrainSt
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
+            if averaged is not None:
+                averaged.update_parameters(policy.model)
             release_memory()
             state.sft_step += 1
             callbacks.on_step(state.sft_step, {"phase": "sft", "time_s": time.perf_counter() - t0, **metrics,
@@ -154,7 +159,11 @@ def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, state: TrainSt
             if cfg.sft.save_every and state.sft_step % cfg.sft.save_every == 0:
                 state.elapsed_s = clock.total
                 callbacks.on_checkpoint(state.sft_step, save_checkpoint(run_dir, state, policy.model, policy.tokenizer,
-                                                                        opt, sched, generators))
+                                                                        opt, sched, generators, averaged=averaged))
+    if averaged is not None:
+        with torch.no_grad():
+            for live, mean in zip(policy.model.parameters(), averaged.module.parameters()):
+                live.copy_(mean)
     policy.engine.sync_weights()
     release_memory()
 

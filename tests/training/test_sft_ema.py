@@ -1,0 +1,86 @@
+"""sft.ema_decay: the warm start is the moving average of the SFT weights, and a resume mid-SFT restores it."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from mcprl.training.callbacks import Callback, CallbackList
+from mcprl.training.checkpoint import read_state
+from mcprl.training.config import ConfigError, load_train_config
+from mcprl.training.model import DEFAULT_MODEL, configure_tokenizer, resolve_model
+from mcprl.training.policy import Policy
+from mcprl.training.trainer import Clock, TrainState, run_sft
+
+from .tiny_model import tiny_llama
+
+DECAY = 0.5
+
+
+class Snapshots(Callback):
+    """The live weights after each optimizer step; an optional crash after step `crash_at`."""
+
+    def __init__(self, model, crash_at=None):
+        self.model, self.crash_at, self.seen = model, crash_at, []
+
+    def on_step(self, step, metrics):
+        self.seen.append([p.detach().clone() for p in self.model.parameters()])
+        if step == self.crash_at:
+            raise KeyboardInterrupt(f"simulated crash after SFT step {step}")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return configure_tokenizer(AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL)))
+
+
+def _policy(tokenizer):
+    engine = SimpleNamespace(generator=torch.Generator(), sync_weights=lambda: None)
+    return Policy(model=tiny_llama(2, vocab_size=len(tokenizer)), tokenizer=tokenizer, engine=engine,
+                  rollouts=None, bf16=False)
+
+
+def _setup(tmp_path):
+    experts = tmp_path / "experts.jsonl"
+    experts.write_text("".join(json.dumps({"messages": [
+        {"role": "user", "content": f"Price of ticker {i}?"},
+        {"role": "assistant", "content": f'<tool_call>{{"name": "quote", "arguments": {{"t": "T{i}"}}}}</tool_call>'},
+        {"role": "user", "content": str(10 * i)}, {"role": "assistant", "content": f"<answer>{10 * i}</answer>"}]}) + "\n"
+        for i in range(5)))
+    cfg = load_train_config("configs/quickstart.yaml", [
+        "sft.max_steps=4", f"sft.ema_decay={DECAY}", "sft.warmup_steps=0", "sft.lr=1e-2", "sft.max_seconds=null",
+        "sft.save_every=2", f"run.output_dir={tmp_path / 'run'}", "logging.wandb.enabled=false"])
+    return cfg, experts
+
+
+def test_warm_start_is_the_moving_average_and_a_resume_restores_it(tmp_path, tokenizer):
+    cfg, experts = _setup(tmp_path)
+    policy, run_dir = _policy(tokenizer), tmp_path / "run"
+    steps = Snapshots(policy.model)
+    run_sft(policy, cfg, experts, TrainState(), run_dir, CallbackList([steps]), None, Clock())
+    expected = steps.seen[0]
+    for weights in steps.seen[1:]:
+        expected = [DECAY * e + (1 - DECAY) * w for e, w in zip(expected, weights)]
+    final = [p.detach().clone() for p in policy.model.parameters()]
+    for got, want in zip(final, expected):
+        torch.testing.assert_close(got, want)
+    assert any(not torch.equal(f, w) for f, w in zip(final, steps.seen[-1]))  # not the last step's weights
+
+    crashed = _policy(tokenizer)
+    cfg.run.output_dir = str(tmp_path / "crashed")
+    with pytest.raises(KeyboardInterrupt):
+        run_sft(crashed, cfg, experts, TrainState(), tmp_path / "crashed", CallbackList([Snapshots(crashed.model, 3)]),
+                None, Clock())
+    checkpoint = tmp_path / "crashed" / "checkpoints" / "step_sft_2"
+    resumed = _policy(tokenizer)
+    run_sft(resumed, cfg, experts, read_state(checkpoint), tmp_path / "crashed", CallbackList(), checkpoint, Clock())
+    for got, want in zip(resumed.model.parameters(), final):
+        torch.testing.assert_close(got.detach(), want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("decay", ["0", "1", "1.5"])
+def test_a_decay_outside_the_open_unit_interval_is_refused(decay):
+    with pytest.raises(ConfigError, match="sft.ema_decay must be in"):
+        load_train_config("configs/quickstart.yaml", [f"sft.ema_decay={decay}"])
