@@ -9,9 +9,10 @@ from transformers import AutoTokenizer
 
 from mcprl.training.callbacks import Callback, CallbackList
 from mcprl.training.checkpoint import read_state
-from mcprl.training.config import ConfigError, load_train_config
+from mcprl.training.config import ConfigError, FinetuneConfig, LoraConfig, load_train_config
 from mcprl.training.model import DEFAULT_MODEL, configure_tokenizer, resolve_model
-from mcprl.training.policy import Policy
+from mcprl.training.policy import Policy, wrap_for_finetune
+from mcprl.training.sft import WeightAverage
 from mcprl.training.trainer import Clock, TrainState, run_sft
 
 from .tiny_model import tiny_llama
@@ -47,7 +48,8 @@ def _setup(tmp_path):
     experts.write_text("".join(json.dumps({"messages": [
         {"role": "user", "content": f"Price of ticker {i}?"},
         {"role": "assistant", "content": f'<tool_call>{{"name": "quote", "arguments": {{"t": "T{i}"}}}}</tool_call>'},
-        {"role": "user", "content": str(10 * i)}, {"role": "assistant", "content": f"<answer>{10 * i}</answer>"}]}) + "\n"
+        {"role": "user", "content": str(10 * i)},
+        {"role": "assistant", "content": f"<answer>{10 * i}</answer>"}]}) + "\n"
         for i in range(5)))
     cfg = load_train_config("configs/quickstart.yaml", [
         "sft.max_steps=4", f"sft.ema_decay={DECAY}", "sft.warmup_steps=0", "sft.lr=1e-2", "sft.max_seconds=null",
@@ -78,6 +80,26 @@ def test_warm_start_is_the_moving_average_and_a_resume_restores_it(tmp_path, tok
     run_sft(resumed, cfg, experts, read_state(checkpoint), tmp_path / "crashed", CallbackList(), checkpoint, Clock())
     for got, want in zip(resumed.model.parameters(), final):
         torch.testing.assert_close(got.detach(), want, rtol=0, atol=1e-6)
+
+
+def test_a_lora_average_holds_the_adapters_only_and_leaves_the_frozen_base_as_it_is():
+    model = wrap_for_finetune(tiny_llama(2), FinetuneConfig(mode="lora", lora=LoraConfig(r=4, alpha=8,
+                                                                                           target_modules=["q_proj"])))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in trainable]
+    frozen = {name: p.detach().clone() for name, p in model.named_parameters() if not p.requires_grad}
+    average = WeightAverage(trainable, DECAY)
+    average.update()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    average.update()
+    average.apply()
+    held = sum(m.numel() for m in average.mean)
+    assert held == sum(p.numel() for p in trainable) < sum(p.numel() for p in frozen.values())
+    assert all(torch.equal(p, frozen[name] + 1.0) for name, p in model.named_parameters() if not p.requires_grad)
+    for p, b in zip(trainable, before):
+        torch.testing.assert_close(p.detach(), b + (1 - DECAY))  # the mean of b and b + 1
 
 
 @pytest.mark.parametrize("decay", ["0", "1", "1.5"])

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 from peft import PeftModel, set_peft_model_state_dict
 from safetensors.torch import load_file
-from torch.optim.swa_utils import AveragedModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from mcprl.training.sft import WeightAverage
 
 STATE_FILE = "trainer_state.json"
 WARM_START = "step_grpo_0"  # the SFT result: never pruned, so GRPO can be re-run from it
@@ -60,7 +61,7 @@ def set_rng_state(state: dict[str, Any], extra: dict[str, torch.Generator] | Non
 
 def save_checkpoint(run_dir: Path, state: TrainState, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                     optimizer: torch.optim.Optimizer | None, scheduler: Any, generators: dict[str, torch.Generator],
-                    keep: int = 2, averaged: AveragedModel | None = None) -> Path:
+                    keep: int = 2, averaged: WeightAverage | None = None) -> Path:
     root = Path(run_dir) / "checkpoints"
     path = root / f"step_{state.tag}"
     tmp = root / f".tmp_{state.tag}"
@@ -117,7 +118,7 @@ def load_weights(path: Path, model: PreTrainedModel) -> None:
 
 
 def load_checkpoint(path: Path, model: PreTrainedModel, optimizer: torch.optim.Optimizer | None, scheduler: Any,
-                    generators: dict[str, torch.Generator], averaged: AveragedModel | None = None) -> TrainState:
+                    generators: dict[str, torch.Generator], averaged: WeightAverage | None = None) -> TrainState:
     load_weights(path, model)
     extra = torch.load(Path(path) / "training.pt", weights_only=False)
     if optimizer is not None and extra["optimizer"] is not None:

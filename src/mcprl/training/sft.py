@@ -13,9 +13,10 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
+from torch.optim.swa_utils import get_ema_multi_avg_fn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mcprl.training.logprobs import detachable_prefix, selected_token_logprobs
@@ -92,3 +93,34 @@ def sft_step(model: PreTrainedModel, batch: list[SFTExample], pad_id: int, *, mi
         loss_sum += loss.item()
     return {"sft_loss": loss_sum, "sft_tokens": float(total_tokens),
             "sft_ppl": math.exp(min(loss_sum, 20.0))}
+
+
+class WeightAverage:
+    """Exponential moving average of the parameters that train (sft.ema_decay). Frozen ones (a LoRA base,
+    the layers below finetune.top_layers) never change, so unlike torch's AveragedModel, which copies and
+    averages the whole module, they are neither copied nor averaged. As there, the first update copies and
+    later ones apply torch's EMA update."""
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], decay: float) -> None:
+        self.params = list(params)
+        self._ema = get_ema_multi_avg_fn(decay)
+        self.mean: list[torch.Tensor] | None = None
+
+    @torch.no_grad()
+    def update(self) -> None:
+        if self.mean is None:
+            self.mean = [p.detach().clone() for p in self.params]
+        else:
+            self._ema(self.mean, [p.detach() for p in self.params], None)
+
+    @torch.no_grad()
+    def apply(self) -> None:
+        """Write the average into the live parameters (nothing before the first update)."""
+        for live, mean in zip(self.params, self.mean or []):
+            live.copy_(mean)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mean": self.mean}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.mean = state["mean"]

@@ -22,7 +22,6 @@ from loguru import logger
 from rich.console import Console
 from rich.progress import Progress
 from skyrl.train.utils.trainer_utils import handle_dynamic_sampling
-from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from mcprl.data.rules import generate
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
@@ -41,7 +40,7 @@ from mcprl.training.config import AlgoConfig, LRSchedule, TrainConfig
 from mcprl.training.devices import release_memory, rss_gb
 from mcprl.training.policy import Policy, build_policy
 from mcprl.training.rollout import RolloutResult
-from mcprl.training.sft import batches, load_experts, sft_step, tokenize_conversation
+from mcprl.training.sft import WeightAverage, batches, load_experts, sft_step, tokenize_conversation
 
 console = Console()
 logger.disable("skyrl.train.utils.trainer_utils")  # dynamic sampling's banners; the step metrics say the same
@@ -129,8 +128,7 @@ def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, state: TrainSt
     total = cfg.sft.max_steps or max(1, math.ceil(cfg.sft.epochs * len(examples) / cfg.sft.batch_size))
     opt, sched = optimizer_for(policy, cfg.sft.lr, 0.0, cfg.sft.warmup_steps, total, cfg.sft.lr_scheduler)
     generators = {"engine": policy.engine.generator}
-    averaged = (AveragedModel(policy.model, multi_avg_fn=get_ema_multi_avg_fn(cfg.sft.ema_decay))
-                if cfg.sft.ema_decay else None)
+    averaged = WeightAverage(policy.trainable_parameters(), cfg.sft.ema_decay) if cfg.sft.ema_decay else None
     if resume_from is not None:
         load_checkpoint(resume_from, policy.model, opt, sched, generators, averaged)
     stream = batches(examples, cfg.sft.batch_size, random.Random(f"{cfg.run.seed}:sft"))
@@ -149,7 +147,7 @@ def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, state: TrainSt
             sched.step()
             opt.zero_grad(set_to_none=True)
             if averaged is not None:
-                averaged.update_parameters(policy.model)
+                averaged.update()
             release_memory()
             state.sft_step += 1
             callbacks.on_step(state.sft_step, {"phase": "sft", "time_s": time.perf_counter() - t0, **metrics,
@@ -161,9 +159,7 @@ def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, state: TrainSt
                 callbacks.on_checkpoint(state.sft_step, save_checkpoint(run_dir, state, policy.model, policy.tokenizer,
                                                                         opt, sched, generators, averaged=averaged))
     if averaged is not None:
-        with torch.no_grad():
-            for live, mean in zip(policy.model.parameters(), averaged.module.parameters()):
-                live.copy_(mean)
+        averaged.apply()
     policy.engine.sync_weights()
     release_memory()
 
