@@ -27,6 +27,7 @@ from mcprl.data.sample import FORMATS as DATA_FORMATS
 from mcprl.envs.config import EnvConfig
 
 LRSchedule = Literal["constant", "cosine"]  # the schedules `trainer.optimizer_for` implements
+PromptOrder = Literal["shuffle", "stratified"]  # the orders `trainer.prompt_stream` implements
 
 # Sections of the recipe layout: each file holds its own sections plus, optionally, the shared ones.
 RECIPE_FILES = {"model.yaml": ("model", "finetune"), "algo_grpo.yaml": ("algo", "sft"),
@@ -160,6 +161,9 @@ class AlgoConfig:
         "token_mean", "How per-token losses are averaged.")
     group_size: int = opt(4, "Rollouts per prompt; advantages compare the rollouts of one prompt.")
     prompts_per_step: int = opt(3, "Prompts per GRPO step (the batch is prompts_per_step * group_size rollouts).")
+    prompt_order: PromptOrder = opt(
+        "shuffle", "Order of GRPO's prompts each epoch: shuffle, or stratified (seeded shuffle, then round-robin over "
+                   "task families: extra_info.template, else data_source). Embedded trainer; SkyRL's loader shuffles.")
     steps: int = opt(4, "GRPO steps.")
     epochs: int = opt(1, "PPO epochs over each step's batch.")
     micro_batch_size: int = opt(2, "Rollouts per forward/backward pass (gradients accumulate).")
@@ -786,7 +790,7 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
         f"rollout:    {backend} ({why}); {cfg.num_envs} envs, {r.max_turns} turns x {r.max_new_tokens} tokens, "
         f"T={r.temperature}",
         f"algorithm:  {a.name}: advantage {a.advantage_estimator}, loss {a.policy_loss} ({a.loss_reduction}), "
-        f"group {a.group_size} x {a.prompts_per_step} prompts, {a.steps} steps, lr {a.lr} ({a.lr_scheduler}), "
+        f"group {a.group_size} x {a.prompts_per_step} prompts ({a.prompt_order}), {a.steps} steps, lr {a.lr} ({a.lr_scheduler}), "
         f"clip [{a.eps_clip_low}, {a.eps_clip_high}], kl {kl}, {sampling}",
         f"sft:        {sft}",
         f"reward:     {cfg.reward.backend}",

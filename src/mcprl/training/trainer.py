@@ -36,7 +36,7 @@ from mcprl.training.checkpoint import (
     read_state,
     save_checkpoint,
 )
-from mcprl.training.config import AlgoConfig, LRSchedule, TrainConfig
+from mcprl.training.config import AlgoConfig, LRSchedule, PromptOrder, TrainConfig
 from mcprl.training.devices import release_memory, rss_gb
 from mcprl.training.policy import Policy, build_policy
 from mcprl.training.rollout import RolloutResult
@@ -76,13 +76,33 @@ def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample]
     return read_samples(train_path), read_samples(eval_path), experts_path
 
 
-def prompt_stream(tasks: list[SkyRLSample], seed: int) -> Iterator[SkyRLSample]:
-    """Tasks in a fresh seeded order every epoch; position n is reproducible from (seed, n)."""
+def task_family(task: SkyRLSample) -> str:
+    """The rule generator's template, else the data source (LLM-generated and converted tasks have no template)."""
+    return str(task.extra_info.get("template") or task.data_source)
+
+
+def interleave_families(order: list[int], tasks: list[SkyRLSample]) -> list[int]:
+    """Round-robin over the families in `order`'s order of first appearance, each family's tasks in `order`."""
+    families: dict[str, list[int]] = {}
+    for i in order:
+        families.setdefault(task_family(tasks[i]), []).append(i)
+    queues = list(families.values())
+    return [q[k] for k in range(max(map(len, queues))) for q in queues if k < len(q)]
+
+
+def prompt_stream(tasks: list[SkyRLSample], seed: int, order: PromptOrder = "shuffle") -> Iterator[SkyRLSample]:
+    """Tasks in a fresh seeded order every epoch; position n is reproducible from (seed, n).
+
+    `stratified` cycles through the task families, so any F consecutive draws hold F families while each
+    lasts: a few prompts a step then span the families instead of drifting towards the ones they happen to sample.
+    """
     epoch = 0
     while True:
-        order = list(range(len(tasks)))
-        random.Random(f"{seed}:grpo:{epoch}").shuffle(order)
-        yield from (tasks[i] for i in order)
+        positions = list(range(len(tasks)))
+        random.Random(f"{seed}:grpo:{epoch}").shuffle(positions)
+        if order == "stratified":
+            positions = interleave_families(positions, tasks)
+        yield from (tasks[i] for i in positions)
         epoch += 1
 
 
@@ -233,7 +253,7 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
     if resume_from is not None:
         load_checkpoint(resume_from, policy.model, opt, sched, generators)
     config = grpo.skyrl_algorithm_config(algo, cfg.rollout.temperature)
-    stream = prompt_stream(tasks, cfg.run.seed)
+    stream = prompt_stream(tasks, cfg.run.seed, algo.prompt_order)
     for _ in range(state.grpo_prompts_drawn):
         next(stream)
     sampling = policy.rollouts.sampling(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)

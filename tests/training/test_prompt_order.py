@@ -1,0 +1,60 @@
+"""GRPO's prompt order: a seeded shuffle, or the same shuffle dealt round-robin over task families."""
+
+from collections import Counter
+from itertools import islice
+
+from mcprl.data.sample import SkyRLSample
+from mcprl.training.trainer import prompt_stream, task_family
+
+
+def task(i: int, family: str | None, source: str = "rules/test") -> SkyRLSample:
+    extra = {"template": family} if family else {}
+    return SkyRLSample(source, [{"role": "user", "content": str(i)}],
+                       {"method": "rule", "ground_truth": {"task_id": f"t{i}"}}, extra)
+
+
+SIZES = {"a": 9, "b": 5, "c": 3, "d": 1}
+TASKS = [task(i, f) for i, f in enumerate(f for f, n in SIZES.items() for _ in range(n))]
+
+
+def ids(stream, n: int) -> list[str]:
+    return [t.task_id for t in islice(stream, n)]
+
+
+def test_stratified_draws_every_family_before_repeating_one():
+    order = list(islice(prompt_stream(TASKS, seed=3, order="stratified"), len(TASKS)))
+    families = [task_family(t) for t in order]
+    assert set(families[:4]) == set(SIZES)  # the first four draws: one task of each family
+    assert set(families[4:7]) == {"a", "b", "c"}  # then the families that still have tasks
+    assert Counter(families) == Counter(SIZES)  # an epoch still draws every task exactly once
+    assert sorted(t.task_id for t in order) == sorted(t.task_id for t in TASKS)
+
+
+def test_shuffle_clusters_families_where_stratified_does_not():
+    def families_in_first_draws(order: str, seed: int) -> int:
+        return len({task_family(t) for t in islice(prompt_stream(TASKS, seed, order), len(SIZES))})
+
+    assert all(families_in_first_draws("stratified", s) == len(SIZES) for s in range(20))
+    assert sum(families_in_first_draws("shuffle", s) < len(SIZES) for s in range(20)) > 10
+
+
+def test_order_is_reproducible_per_seed_and_fresh_each_epoch():
+    n = len(TASKS)
+    first = ids(prompt_stream(TASKS, 7, "stratified"), 2 * n)
+    assert first == ids(prompt_stream(TASKS, 7, "stratified"), 2 * n)
+    assert first[:n] != first[n:]  # a new shuffle for the second epoch
+    assert first[:n] != ids(prompt_stream(TASKS, 8, "stratified"), n)
+
+
+def test_shuffle_keeps_the_shuffled_order_of_earlier_runs():
+    """Runs measured before `prompt_order` existed drew this order; resuming them must draw it again."""
+    import random
+
+    positions = list(range(len(TASKS)))
+    random.Random("5:grpo:0").shuffle(positions)
+    assert ids(prompt_stream(TASKS, 5), len(TASKS)) == [TASKS[i].task_id for i in positions]
+
+
+def test_family_falls_back_to_the_data_source():
+    assert task_family(task(0, None, source="llm/weather")) == "llm/weather"
+    assert task_family(task(0, "pe_ratio")) == "pe_ratio"
