@@ -162,8 +162,9 @@ class AlgoConfig:
     group_size: int = opt(4, "Rollouts per prompt; advantages compare the rollouts of one prompt.")
     prompts_per_step: int = opt(3, "Prompts per GRPO step (the batch is prompts_per_step * group_size rollouts).")
     prompt_order: PromptOrder = opt(
-        "shuffle", "Order of GRPO's prompts each epoch: shuffle, or stratified (seeded shuffle, then round-robin over "
-                   "task families: extra_info.template, else data_source). Embedded trainer; SkyRL's loader shuffles.")
+        "stratified", "Order of GRPO's prompts each epoch: stratified (seeded shuffle, then round-robin over task "
+                      "families: extra_info.template, else data_source) or shuffle. Embedded trainer; SkyRL's loader "
+                      "shuffles.")
     steps: int = opt(4, "GRPO steps.")
     epochs: int = opt(1, "PPO epochs over each step's batch.")
     micro_batch_size: int = opt(2, "Rollouts per forward/backward pass (gradients accumulate).")
