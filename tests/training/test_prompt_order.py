@@ -1,5 +1,6 @@
 """GRPO's prompt order: a seeded shuffle, or the same shuffle dealt round-robin over task families."""
 
+import random
 from collections import Counter
 from itertools import islice
 
@@ -48,11 +49,9 @@ def test_order_is_reproducible_per_seed_and_fresh_each_epoch():
 
 def test_shuffle_keeps_the_shuffled_order_of_earlier_runs():
     """Runs measured before `prompt_order` existed drew this order; resuming them must draw it again."""
-    import random
-
     positions = list(range(len(TASKS)))
     random.Random("5:grpo:0").shuffle(positions)
-    assert ids(prompt_stream(TASKS, 5), len(TASKS)) == [TASKS[i].task_id for i in positions]
+    assert ids(prompt_stream(TASKS, 5, "shuffle"), len(TASKS)) == [TASKS[i].task_id for i in positions]
 
 
 def test_family_falls_back_to_the_data_source():

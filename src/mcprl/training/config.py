@@ -791,7 +791,8 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
         f"rollout:    {backend} ({why}); {cfg.num_envs} envs, {r.max_turns} turns x {r.max_new_tokens} tokens, "
         f"T={r.temperature}",
         f"algorithm:  {a.name}: advantage {a.advantage_estimator}, loss {a.policy_loss} ({a.loss_reduction}), "
-        f"group {a.group_size} x {a.prompts_per_step} prompts ({a.prompt_order}), {a.steps} steps, lr {a.lr} ({a.lr_scheduler}), "
+        f"group {a.group_size} x {a.prompts_per_step} prompts ({a.prompt_order}), {a.steps} steps, "
+        f"lr {a.lr} ({a.lr_scheduler}), "
         f"clip [{a.eps_clip_low}, {a.eps_clip_high}], kl {kl}, {sampling}",
         f"sft:        {sft}",
         f"reward:     {cfg.reward.backend}",

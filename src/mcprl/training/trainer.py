@@ -87,10 +87,10 @@ def interleave_families(order: list[int], tasks: list[SkyRLSample]) -> list[int]
     for i in order:
         families.setdefault(task_family(tasks[i]), []).append(i)
     queues = list(families.values())
-    return [q[k] for k in range(max(map(len, queues))) for q in queues if k < len(q)]
+    return [q[k] for k in range(max(map(len, queues), default=0)) for q in queues if k < len(q)]
 
 
-def prompt_stream(tasks: list[SkyRLSample], seed: int, order: PromptOrder = "shuffle") -> Iterator[SkyRLSample]:
+def prompt_stream(tasks: list[SkyRLSample], seed: int, order: PromptOrder) -> Iterator[SkyRLSample]:
     """Tasks in a fresh seeded order every epoch; position n is reproducible from (seed, n).
 
     `stratified` cycles through the task families, so any F consecutive draws hold F families while each
