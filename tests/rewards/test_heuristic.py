@@ -294,3 +294,17 @@ def test_giving_up_is_no_better_than_a_wrong_answer():
              step(gt, guessed, format_answer("1.00"), None)["total_reward"]]
     assert sum(stall) <= sum(guess)
     assert -1.0 <= min(stall) and max(stall) <= 1.0
+
+
+def test_giving_up_after_good_calls_earns_no_more_than_a_blind_wrong_answer():
+    """At -0.3 a stall kept its shaping and out-earned an early guess, and GRPO learned to stop answering."""
+    from mcprl.rewards.heuristic import episode_end
+
+    gt = quote_task()
+    stalled = RewardState()
+    stall = [step(gt, stalled, quote_call(), OK)["total_reward"],
+             step(gt, stalled, format_tool_call("run_python", {"code": "print(1)"}), OK, tool_name="run_python")["total_reward"],
+             episode_end(gt, stalled)["total_reward"]]
+    guess = step(gt, RewardState(), format_answer("1.00"), None)["total_reward"]
+    assert sum(stall) == pytest.approx(0.5 - 0.8)
+    assert sum(stall) <= guess == pytest.approx(-0.3)
