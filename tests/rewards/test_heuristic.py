@@ -6,7 +6,9 @@ import random
 import pytest
 
 from mcprl.envs.parsing import format_answer, format_tool_call, parse_action
-from mcprl.rewards.heuristic import HeuristicWeights, RewardState, names_match, required_tools, reward_heuristic
+from mcprl.rewards.heuristic import (
+    HeuristicWeights, RewardState, episode_end, names_match, required_tools, reward_heuristic,
+)
 
 OK = {"ok": True, "data": {"price": 187.42}, "latency_ms": 2.0}
 
@@ -285,8 +287,6 @@ def test_must_call_with_checks_the_arguments_of_side_effects():
 
 
 def test_giving_up_is_no_better_than_a_wrong_answer():
-    from mcprl.rewards.heuristic import episode_end
-
     gt = quote_task()
     stalled, guessed = RewardState(), RewardState()
     stall = [step(gt, stalled, quote_call(), OK)["total_reward"], episode_end(gt, stalled)["total_reward"]]
@@ -298,8 +298,6 @@ def test_giving_up_is_no_better_than_a_wrong_answer():
 
 def test_giving_up_after_good_calls_earns_no_more_than_a_blind_wrong_answer():
     """At -0.3 a stall kept its shaping and out-earned an early guess, and GRPO learned to stop answering."""
-    from mcprl.rewards.heuristic import episode_end
-
     gt = quote_task()
     stalled = RewardState()
     stall = [step(gt, stalled, quote_call(), OK)["total_reward"],
