@@ -96,6 +96,15 @@ def test_parent_secrets_are_not_visible(monkeypatch):
     assert "OPENAI_API_KEY" not in r.stdout and "sk-test" not in r.stdout and r.stdout.endswith("None\n")
 
 
+def test_equal_code_fails_with_equal_text():
+    """Tool results feed the next prompt: a random path in a traceback would make seeded runs drift."""
+    code = "x = 1\nprint(round((CL - 1) / 2, 2))"
+    first, second = sandbox.run_python(code), sandbox.run_python(code)
+    assert first.exit_code == 1 and first.stderr == second.stderr
+    assert 'File "main.py", line 2' in first.stderr and "NameError" in first.stderr
+    assert "mcprl-sandbox-" not in first.stderr
+
+
 def test_huge_output_is_truncated_with_a_marker():
     r = sandbox.run_python("for i in range(200000):\n    print(i)")
     assert r.truncated and r.exit_code == 0

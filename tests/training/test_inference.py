@@ -145,6 +145,33 @@ def test_seeded_sampling_is_reproducible(smol) -> None:
     assert [o.token_ids for o in runs[0]] == [o.token_ids for o in runs[1]]
 
 
+def test_each_session_samples_the_same_tokens_whatever_the_arrival_order(smol) -> None:
+    """A group's episodes share their first prompt; which one draws which random numbers must not
+    follow the order their turns reach the engine, or two seeded runs would swap their samples."""
+    model, tokenizer = smol
+    same, other = chat(tokenizer, QUESTIONS[2]), chat(tokenizer, QUESTIONS[0])
+    sampling = {"temperature": 1.0, "max_tokens": 8}
+    requests = {"t1_0": same, "t1_1": same, "t1_2": same, "t2_0": other}
+
+    def run(order: list[str]) -> dict[str, list[int]]:
+        engine = HFInferenceEngine(model, tokenizer, dtype="float32", seed=3)
+        engine.expect(len(order))
+
+        async def all_sessions():
+            calls = [engine.generate({"prompt_token_ids": [requests[s]], "session_ids": [s], "sampling_params": sampling})
+                     for s in order]
+            return await asyncio.gather(*calls)
+
+        outputs = asyncio.run(all_sessions())
+        engine.close()
+        assert engine.stats.batches == 1
+        return {s: out["response_ids"][0] for s, out in zip(order, outputs)}
+
+    forward, backward = run(list(requests)), run(list(reversed(requests)))
+    assert forward == backward
+    assert len({tuple(forward[s]) for s in ("t1_0", "t1_1", "t1_2")}) > 1  # the ties did sample apart
+
+
 def test_sampler_distribution_and_truncation() -> None:
     generator = torch.Generator().manual_seed(0)
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05])

@@ -244,6 +244,9 @@ def run_python(code: str, timeout_s: float = DEFAULT_TIMEOUT_S, limits: SandboxL
             err.seek(0)
             stdout, cut_out = _clip(out.read(cap), limits.max_output_chars)
             stderr, cut_err = _clip(err.read(cap), limits.max_output_chars)
+            # Tracebacks name the script by its random directory: cut it, so equal code fails with equal
+            # text (seeded rollouts repeat) and the model reads `File "main.py"`.
+            stderr = stderr.replace(workdir + os.sep, "")
     finally:
         _remove(workdir)
     if timed_out:

@@ -675,6 +675,7 @@ class _Request:
     prompt: list[int]
     params: SamplingParams
     future: asyncio.Future
+    session: str = ""  # breaks ties between equal prompts (a group's first turns) in the canonical order
 
 
 class BatchingEngine:
@@ -785,14 +786,16 @@ class BatchingEngine:
         params = SamplingParams.from_dict(input_batch.get("sampling_params"), self.default_sampling)
         for prompt in prompts:  # fail this caller alone, not the batch it would join
             _check_prompt(prompt, self._context)
-        for session in input_batch.get("session_ids") or ():
+        sessions = list(input_batch.get("session_ids") or ())
+        for session in sessions:
             self._start_session(session)
+        sessions += [None] * (len(prompts) - len(sessions))
         queue = self._ensure_worker()
         loop = asyncio.get_running_loop()
         futures = []
-        for prompt in prompts:
+        for prompt, session in zip(prompts, sessions):
             future = loop.create_future()
-            queue.put_nowait(_Request(list(prompt), params, future))
+            queue.put_nowait(_Request(list(prompt), params, future, "" if session is None else str(session)))
             futures.append(future)
         results: list[Completion] = await asyncio.gather(*futures)
         return {
@@ -873,8 +876,9 @@ class BatchingEngine:
             batch = [r for r in pending if r.params == params][: self.max_batch_size]
             pending = [r for r in pending if not any(r is b for b in batch)]
             # Canonical order: which row draws which random numbers must not depend on arrival timing
-            # (env steps finish in any order), or seeded runs and exact resumes would drift.
-            batch = sorted((r for r in batch if not r.future.cancelled()), key=lambda r: r.prompt)
+            # (env steps finish in any order), or seeded runs and exact resumes would drift. Equal
+            # prompts (a group's first turns) are told apart by session.
+            batch = sorted((r for r in batch if not r.future.cancelled()), key=lambda r: (r.prompt, r.session))
             if not batch:
                 continue
             try:
