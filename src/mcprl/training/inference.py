@@ -789,13 +789,13 @@ class BatchingEngine:
         sessions = list(input_batch.get("session_ids") or ())
         for session in sessions:
             self._start_session(session)
-        sessions += [None] * (len(prompts) - len(sessions))
+        tie_keys = [str(s) for s in sessions] + [""] * (len(prompts) - len(sessions))
         queue = self._ensure_worker()
         loop = asyncio.get_running_loop()
         futures = []
-        for prompt, session in zip(prompts, sessions):
+        for prompt, tie_key in zip(prompts, tie_keys):
             future = loop.create_future()
-            queue.put_nowait(_Request(list(prompt), params, future, "" if session is None else str(session)))
+            queue.put_nowait(_Request(list(prompt), params, future, tie_key))
             futures.append(future)
         results: list[Completion] = await asyncio.gather(*futures)
         return {
