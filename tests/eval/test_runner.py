@@ -26,16 +26,19 @@ def tokenizer():
     return load_model("smollm2-135m", device="cpu")[1]
 
 
-def scripted_eval(tokenizer, tasks, policy, out, reference=None, n=2):
+def scripted_eval(tokenizer, tasks, policy, out, reference=None, n=2, on_episode=None):
     cfg = load_train_config("configs/quickstart.yaml")
     rollouts = Rollouts(ScriptedClient(tokenizer, policy), tokenizer, env_config=env_config(cfg), max_turns=6,
                         max_input_length=4096, max_new_tokens=128)
-    result = rollouts.run(tasks.samples, n, rollouts.sampling(0.0))
+    result = rollouts.run(tasks.samples, n, rollouts.sampling(0.0), on_episode)
     return result, write_eval_outputs(out, result.trajectories, reference_dir=reference, ks=[1, n])
 
 
 def test_always_correct_policy_gets_pass_at_k_one(tmp_path, tokenizer, tasks):
-    result, agg = scripted_eval(tokenizer, tasks, expert_policy(tasks.experts), tmp_path / "expert")
+    ended = []
+    result, agg = scripted_eval(tokenizer, tasks, expert_policy(tasks.experts), tmp_path / "expert",
+                                on_episode=lambda: ended.append(len(ended)))
+    assert len(ended) == 8  # the progress callback: once per episode, 4 tasks x 2
     overall = agg["overall"]
     assert overall["pass@1"] == 1.0 and overall["pass@2"] == 1.0 and overall["pass^2"] == 1.0
     assert overall["success_rate"] == 1.0 and overall["tool_error_rate"] == 0.0
@@ -58,10 +61,21 @@ def test_policy_that_never_calls_tools_is_labelled_and_trips_the_alarm(tmp_path,
 def test_mcprl_eval_with_the_real_default_model(tmp_path, tasks):
     data = write_samples(tasks.samples, tmp_path / "tasks.jsonl")
     cfg = tmp_path / "small.yaml"
-    cfg.write_text("rollout: {max_new_tokens: 24, max_turns: 2}\nmodel: {threads: 2}\n")
+    cfg.write_text("rollout: {max_new_tokens: 24, max_turns: 3}\nmodel: {threads: 2}\n")
     result = CliRunner().invoke(app, ["eval", "--model", "smollm2-135m", "--data", str(data), "--n", "2",
-                                      "--max-tasks", "2", "--config", str(cfg), "--out", str(tmp_path / "out")])
+                                      "--max-tasks", "2", "--config", str(cfg), "--out", str(tmp_path / "out"),
+                                      "--override", "rollout.max_turns=1", "--override", "model.threads=1"])
     assert result.exit_code == 0, result.output
     agg = json.loads((tmp_path / "out" / "aggregated_results.json").read_text())
     assert agg["overall"]["n_trajectories"] == 4 and agg["overall"]["n_tasks"] == 2
     assert "pass@2" in agg["overall"] and "signal" in agg
+    rows = [json.loads(x) for x in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()]
+    assert all(r["num_turns"] == 1 for r in rows)  # the override beat the config's 3 turns
+
+
+def test_mcprl_eval_rejects_a_bad_override_before_loading_a_model(tmp_path, tasks):
+    data = write_samples(tasks.samples, tmp_path / "tasks.jsonl")
+    result = CliRunner().invoke(app, ["eval", "--model", "no-such-model", "--data", str(data),
+                                      "--override", "rollout.max_turns=many"])
+    assert result.exit_code == 2
+    assert "rollout.max_turns" in result.output and "Traceback" not in result.output

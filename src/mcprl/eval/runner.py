@@ -7,21 +7,26 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich.console import Console
+from rich.markup import escape
 
 
 def run_eval(model: str, data: Path, *, n: int = 1, temperature: float = 0.0, out: Path,
-             config: Path | None = None, max_tasks: int | None = None, reference: Path | None = None) -> dict[str, Any]:
+             config: Path | None = None, overrides: list[str] | None = None, max_tasks: int | None = None,
+             reference: Path | None = None) -> dict[str, Any]:
     from mcprl.data.sample import read_samples
     from mcprl.eval.results import write_eval_outputs
-    from mcprl.training.config import TrainConfig, load_train_config
+    from mcprl.training.config import load_train_config
     from mcprl.training.policy import build_policy, load_policy_weights
+    from mcprl.training.rollout import episode_progress
 
-    cfg = load_train_config(config) if config else TrainConfig()
+    cfg = load_train_config(config, overrides or [])
     weights, tokenizer = load_policy_weights(model)
     policy = build_policy(cfg, model=weights, tokenizer=tokenizer)
     try:
         tasks = read_samples(data)[:max_tasks] if max_tasks else read_samples(data)
-        result = policy.rollouts.run(tasks, n, policy.rollouts.sampling(temperature))
+        with episode_progress(f"eval {data.name}", len(tasks) * n) as on_episode:
+            result = policy.rollouts.run(tasks, n, policy.rollouts.sampling(temperature), on_episode)
     finally:
         policy.engine.close()
     return write_eval_outputs(out, result.trajectories, reference_dir=reference, ks=sorted({1, n}),
@@ -36,6 +41,8 @@ def eval_callback(
     temperature: float = typer.Option(0.0, help="Sampling temperature (0: greedy)."),
     out: Path = typer.Option(Path("runs/eval"), "--out", "-o", help="Output directory."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="Training YAML for rollout/env settings."),
+    override: Optional[list[str]] = typer.Option(None, "--override", help="section.key=value on top of --config, "
+                                                 "repeatable (as `mcprl train -o`), e.g. --override model.threads=1."),
     max_tasks: Optional[int] = typer.Option(None, help="Evaluate at most this many tasks."),
     reference: Optional[Path] = typer.Option(None, help="Earlier eval dir: enables the tool-collapse alarm."),
 ) -> None:
@@ -45,5 +52,11 @@ def eval_callback(
     if model is None or data is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(2)
-    run_eval(model, data, n=n, temperature=temperature, out=out, config=config, max_tasks=max_tasks,
-             reference=reference)
+    from mcprl.training.config import ConfigError
+
+    try:
+        run_eval(model, data, n=n, temperature=temperature, out=out, config=config, overrides=override,
+                 max_tasks=max_tasks, reference=reference)
+    except ConfigError as err:
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)
+        raise typer.Exit(2) from None

@@ -296,9 +296,10 @@ class TrainConfig:
 # ---------------------------------------------------------------------------------------------
 
 
-def load_train_config(path: str | Path, overrides: typing.Sequence[str] = ()) -> TrainConfig:
-    """Read a config file (or a recipe directory), apply `key=value` overrides, build and validate."""
-    raw = _read_raw(Path(path))
+def load_train_config(path: str | Path | None, overrides: typing.Sequence[str] = ()) -> TrainConfig:
+    """Read a config file (or a recipe directory; None: the defaults), apply `key=value` overrides, build
+    and validate."""
+    raw = _read_raw(Path(path)) if path is not None else {}
     for text in overrides:
         _apply_override(raw, text)
     cfg = _build(TrainConfig, raw, "")

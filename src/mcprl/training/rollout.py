@@ -7,11 +7,15 @@ our in-process engine (HF or vLLM), and turns its output back into per-trajector
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import mcprl._compat  # noqa: F401 - before skyrl
 import mcprl.envs  # noqa: F401 - registers mcp_tool_env
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from skyrl.train.generators.base import TrajectoryID
 from transformers import PreTrainedTokenizerBase
 
@@ -45,10 +49,14 @@ class Rollouts:
         return {"max_generate_length": self.max_new_tokens, "temperature": temperature, "top_p": top_p,
                 "top_k": top_k, "logprobs": 0, "stop": stop_strings("hermes")}
 
-    def run(self, tasks: list[SkyRLSample], n_per_task: int, sampling: dict[str, Any]) -> RolloutResult:
+    def run(self, tasks: list[SkyRLSample], n_per_task: int, sampling: dict[str, Any],
+            on_episode: Callable[[], None] | None = None) -> RolloutResult:
+        """`on_episode` is called as each episode ends (a progress bar: episodes end in any order)."""
         generator = make_generator(self.engine, self.tokenizer, max_turns=self.max_turns,
                                    max_input_length=self.max_input_length, sampling=sampling,
                                    max_env_workers=ENV_WORKERS, env_config=self.env_config)
+        if on_episode is not None:
+            generator.agent_loop = _reporting(generator.agent_loop, on_episode)
         samples = [t for t in tasks for _ in range(n_per_task)]
         batch = {
             "prompts": [list(s.prompt) for s in samples],
@@ -66,6 +74,25 @@ class Rollouts:
         records = [trajectory_record(s, i % n_per_task, output, i, self.tokenizer, self.max_input_length)
                    for i, s in enumerate(samples)]
         return RolloutResult(samples, group_ids, output, records)
+
+
+@contextmanager
+def episode_progress(label: str, total: int, console: Console | None = None) -> Iterator[Callable[[], None]]:
+    """A transient bar over `total` episodes; yields the callback that `Rollouts.run` calls per episode."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"),
+               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        job = bar.add_task(label, total=total)
+        yield lambda: bar.advance(job)
+
+
+def _reporting(agent_loop: Callable[..., Any], on_episode: Callable[[], None]) -> Callable[..., Any]:
+    """SkyRL's generator gathers one `agent_loop` per episode; wrapping it is the only per-episode hook."""
+    async def loop(*args: Any, **kwargs: Any) -> Any:
+        output = await agent_loop(*args, **kwargs)
+        on_episode()
+        return output
+    return loop
 
 
 def trajectory_record(sample: SkyRLSample, sample_idx: int, output: dict[str, Any], i: int,

@@ -12,6 +12,7 @@ import random
 import shutil
 import time
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 from loguru import logger
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import MofNCompleteColumn, Progress, TaskID
 from skyrl.train.utils.trainer_utils import handle_dynamic_sampling
 
 from mcprl.data.rules import generate
@@ -39,7 +40,7 @@ from mcprl.training.checkpoint import (
 from mcprl.training.config import AlgoConfig, LRSchedule, PromptOrder, TrainConfig
 from mcprl.training.devices import release_memory, rss_gb
 from mcprl.training.policy import Policy, build_policy
-from mcprl.training.rollout import RolloutResult
+from mcprl.training.rollout import RolloutResult, episode_progress
 from mcprl.training.sft import WeightAverage, batches, load_experts, sft_step, tokenize_conversation
 
 console = Console()
@@ -129,8 +130,9 @@ def evaluate(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir
     from mcprl.eval.results import write_eval_outputs
 
     subset = tasks[:cfg.eval.max_tasks] if cfg.eval.max_tasks else tasks
-    with console.status(f"eval_{name}: {len(subset)} tasks x {cfg.eval.n_samples}"):
-        result = policy.rollouts.run(subset, cfg.eval.n_samples, policy.rollouts.sampling(cfg.eval.temperature))
+    with episode_progress(f"eval_{name}", len(subset) * cfg.eval.n_samples, console) as on_episode:
+        result = policy.rollouts.run(subset, cfg.eval.n_samples, policy.rollouts.sampling(cfg.eval.temperature),
+                                     on_episode)
     reference = run_dir / "eval_base"
     results = write_eval_outputs(run_dir / f"eval_{name}", result.trajectories,
                                  reference_dir=reference if name != "base" and reference.exists() else None,
@@ -211,12 +213,14 @@ def write_rollouts(path: Path, results: list[RolloutResult]) -> None:
 
 
 def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSample], state: TrainState,
-                      sampling: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[RolloutResult]]:
+                      sampling: dict[str, Any], episodes: tuple[Progress, TaskID] | None = None,
+                      ) -> tuple[dict[str, Any], list[str], list[RolloutResult]]:
     """One step's rollouts, through SkyRL's dynamic sampling when configured.
 
     Group ids carry the draw position, so a task drawn twice in one step makes two groups. When
     `max_sample_batches` runs out, the step trains on what it collected (SkyRL's trainer stops instead:
-    on one machine a step without a full batch beats losing the run).
+    on one machine a step without a full batch beats losing the run). `episodes` is the bar task that
+    counts them; each further sample batch adds its episodes to the total.
     """
     ds = algo.dynamic_sampling
     settings = {"type": ds.type, "max_sample_batches": ds.max_sample_batches, "min_replace_ratio": ds.min_replace_ratio,
@@ -227,7 +231,14 @@ def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSa
         prompts = [next(stream) for _ in range(algo.prompts_per_step)]
         first = state.grpo_prompts_drawn
         state.grpo_prompts_drawn += len(prompts)
-        result = policy.rollouts.run(prompts, algo.group_size, sampling)
+        on_episode = None
+        if episodes is not None:
+            bar, job = episodes
+            n_batch = collected["sample_batch_count"] + 1
+            bar.update(job, total=n_batch * len(prompts) * algo.group_size,
+                       description="rollouts" if n_batch == 1 else f"rollouts (sample batch {n_batch})")
+            on_episode = partial(bar.advance, job)
+        result = policy.rollouts.run(prompts, algo.group_size, sampling, on_episode)
         results.append(result)
         uids = [f"{first + i // algo.group_size}:{g}" for i, g in enumerate(result.group_ids)]
         collected["sample_batch_count"] += 1
@@ -257,12 +268,14 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
     for _ in range(state.grpo_prompts_drawn):
         next(stream)
     sampling = policy.rollouts.sampling(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
-    with Progress(console=console, transient=True) as bar:
+    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=console, transient=True) as bar:
         job = bar.add_task("GRPO", total=algo.steps, completed=state.grpo_step)
+        episodes = bar.add_task("rollouts", total=None)
         while state.grpo_step < algo.steps:
             t0 = time.perf_counter()
             policy.engine.reset_stats()
-            output, uids, results = sample_step_batch(policy, algo, stream, state, sampling)
+            bar.reset(episodes)
+            output, uids, results = sample_step_batch(policy, algo, stream, state, sampling, (bar, episodes))
             t_rollout = time.perf_counter() - t0
             policy.model.train()
             batch = grpo.build_batch(output, uids)
