@@ -3,6 +3,7 @@
 from types import SimpleNamespace
 
 import pytest
+from rich.progress import Progress
 
 from mcprl.data.sample import SkyRLSample
 from mcprl.training.checkpoint import TrainState
@@ -21,7 +22,7 @@ class ScriptedRollouts:
     def __init__(self) -> None:
         self.batches: list[list[str]] = []
 
-    def run(self, tasks, n, sampling):
+    def run(self, tasks, n, sampling, on_episode=None):
         self.batches.append([t.task_id for t in tasks])
         samples = [t for t in tasks for _ in range(n)]
         rewards = [float(i % 2) if s.task_id.startswith("mixed") else 1.0 for i, s in enumerate(samples)]
@@ -29,6 +30,8 @@ class ScriptedRollouts:
                   "rewards": rewards, "loss_masks": [[1, 1]] * len(samples), "stop_reasons": ["stop"] * len(samples),
                   "rollout_logprobs": [[-0.5, -0.5]] * len(samples), "rollout_metrics": {}}
         records = [{"reward": r, "success": r > 0} for r in rewards]
+        for _ in samples if on_episode else ():
+            on_episode()
         return RolloutResult(samples, [s.task_id for s in samples], output, records)
 
 
@@ -91,3 +94,15 @@ def test_filter_with_no_informative_group_at_all_trains_on_the_last_batch_as_sam
     names = [f"solved-{i}" for i in range(6)]
     output, uids, _, batches, _ = step(names, DynamicSamplingConfig(type="filter", max_sample_batches=3))
     assert len(batches) == 3 and sorted(set(uids)) == ["4:solved-4", "5:solved-5"]
+
+
+def test_the_episode_bar_grows_with_each_sample_batch():
+    names = ["solved-a", "mixed-b", "solved-c", "solved-d", "mixed-e", "mixed-f"]
+    algo = AlgoConfig(group_size=2, prompts_per_step=2, dynamic_sampling=DynamicSamplingConfig(type="filter"))
+    with Progress(disable=True) as bar:
+        job = bar.add_task("rollouts", total=None)
+        sample_step_batch(SimpleNamespace(rollouts=ScriptedRollouts()), algo, iter([task(n) for n in names]),
+                          TrainState(), {}, (bar, job))
+        (progress,) = bar.tasks
+    assert progress.total == 12 and progress.completed == 12  # three batches of 2 prompts x 2 episodes
+    assert progress.description == "rollouts (sample batch 3)"

@@ -32,6 +32,7 @@ class TrainState:
     grpo_prompts_drawn: int = 0  # data position: prompts consumed from the seeded stream
     elapsed_s: float = 0.0  # training seconds before this process
     evals: dict[str, Any] = field(default_factory=dict)  # name -> overall metrics
+    probe: dict[str, float] | None = None  # family -> the warm start's greedy pass rate (algo.probe), once probed
 
     @property
     def tag(self) -> str:

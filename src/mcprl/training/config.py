@@ -153,6 +153,16 @@ class DynamicSamplingConfig:
 
 
 @dataclass
+class ProbeConfig:
+    """Offline difficulty filtering: before GRPO the warm start answers a few training tasks of each family
+    greedily, and GRPO draws its prompts from the families it failed. Embedded trainer."""
+
+    per_family: int = opt(0, "Greedy probe episodes per task family before GRPO (0: off; every family gets prompts).")
+    keep_below: float = opt(
+        1.0, "Families whose probe pass rate is below this get GRPO's prompts (none below: every family does).")
+
+
+@dataclass
 class AlgoConfig:
     name: Literal["grpo"] = opt("grpo", "The algorithm family; advantage_estimator and policy_loss pick the variant.")
     advantage_estimator: str = opt("grpo", "A SkyRL advantage estimator (grpo, rloo, reinforce++, maxrl, ...).")
@@ -165,6 +175,8 @@ class AlgoConfig:
         "stratified", "Order of GRPO's prompts each epoch: stratified (seeded shuffle, then round-robin over task "
                       "families: extra_info.template, else data_source) or shuffle. Embedded trainer; SkyRL's loader "
                       "shuffles.")
+    probe: ProbeConfig = opt(ProbeConfig(), "Which task families GRPO draws prompts from, by the warm start's "
+                                            "greedy pass rate on training tasks.")
     steps: int = opt(4, "GRPO steps.")
     epochs: int = opt(1, "PPO epochs over each step's batch.")
     micro_batch_size: int = opt(2, "Rollouts per forward/backward pass (gradients accumulate).")
@@ -587,6 +599,8 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
          f"use grpo, rloo, reinforce++ or maxrl"),
         (a.prompts_per_step >= 1, f"algo.prompts_per_step must be >= 1, got {a.prompts_per_step}"),
         (a.steps >= 1, f"algo.steps must be >= 1, got {a.steps} (use --sft-only to skip GRPO)"),
+        (a.probe.per_family >= 0, f"algo.probe.per_family must be >= 0 (0: off), got {a.probe.per_family}"),
+        (0 < a.probe.keep_below <= 1, f"algo.probe.keep_below must be in (0, 1], got {a.probe.keep_below}"),
         (a.epochs >= 1, f"algo.epochs must be >= 1, got {a.epochs}"),
         (a.micro_batch_size >= 1, f"algo.micro_batch_size must be >= 1, got {a.micro_batch_size}"),
         (a.lr > 0, f"algo.lr must be positive, got {a.lr}"),
@@ -781,6 +795,8 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
                   else ", prompt without gradient")
     sft = (f"on: {length}{cap}, lr {cfg.sft.lr} ({cfg.sft.lr_scheduler}), batch {cfg.sft.batch_size}{prompt}, "
            f"demos {_exists(cfg.data.experts_path())}") if cfg.sft.enabled else "off"
+    probe = (f", families the warm start fails: {a.probe.per_family} probe(s) each, kept below "
+             f"{a.probe.keep_below:g}" if a.probe.per_family else "")
     ds = a.dynamic_sampling
     sampling = f"dynamic sampling {ds.type} (<= {ds.max_sample_batches} batches/step)" if ds.type else "no dynamic sampling"
     wandb = _wandb_line(cfg.logging.wandb)
@@ -792,7 +808,7 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
         f"rollout:    {backend} ({why}); {cfg.num_envs} envs, {r.max_turns} turns x {r.max_new_tokens} tokens, "
         f"T={r.temperature}",
         f"algorithm:  {a.name}: advantage {a.advantage_estimator}, loss {a.policy_loss} ({a.loss_reduction}), "
-        f"group {a.group_size} x {a.prompts_per_step} prompts ({a.prompt_order}), {a.steps} steps, "
+        f"group {a.group_size} x {a.prompts_per_step} prompts ({a.prompt_order}{probe}), {a.steps} steps, "
         f"lr {a.lr} ({a.lr_scheduler}), "
         f"clip [{a.eps_clip_low}, {a.eps_clip_high}], kl {kl}, {sampling}",
         f"sft:        {sft}",

@@ -256,6 +256,54 @@ def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSa
             return result.output, uids, results
 
 
+def probe_families(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: Path) -> dict[str, float]:
+    """The warm start's greedy pass rate per task family, on `algo.probe.per_family` seeded training tasks each.
+
+    A family the warm start always solves gives GRPO groups without reward variance, which dynamic sampling
+    then throws away; a family it fails is where the rollouts can teach something.
+    """
+    families: dict[str, list[SkyRLSample]] = {}
+    for task in tasks:
+        families.setdefault(task_family(task), []).append(task)
+    rng, k = random.Random(f"{cfg.run.seed}:probe"), cfg.algo.probe.per_family
+    chosen = [t for name in sorted(families) for t in rng.sample(families[name], min(k, len(families[name])))]
+    t0 = time.perf_counter()
+    with episode_progress("probe", len(chosen), console) as on_episode:
+        result = policy.rollouts.run(chosen, 1, policy.rollouts.sampling(0.0), on_episode)
+    console.print(f"probe: the warm start solved {sum(r['success'] for r in result.trajectories)} of {len(chosen)} "
+                  f"training tasks, {k} per family, greedy ({time.perf_counter() - t0:.0f} s)")
+    if cfg.logging.rollouts:
+        write_rollouts(run_dir / "rollouts" / "grpo_probe.jsonl", [result])
+    solved: dict[str, list[bool]] = {}
+    for task, record in zip(chosen, result.trajectories):
+        solved.setdefault(task_family(task), []).append(record["success"])
+    return {name: sum(v) / len(v) for name, v in solved.items()}
+
+
+def focus_tasks(tasks: list[SkyRLSample], rates: dict[str, float], keep_below: float) -> list[SkyRLSample]:
+    """The tasks of the families probed below `keep_below`; every task when no family is."""
+    keep = {name for name, rate in rates.items() if rate < keep_below}
+    return [t for t in tasks if task_family(t) in keep] or tasks
+
+
+def grpo_pool(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: TrainState,
+              run_dir: Path) -> list[SkyRLSample]:
+    """GRPO's prompt pool: every task, or with `algo.probe` the families the warm start fails (probed once,
+    before the first step, and kept in the checkpoints so a resumed run draws from the same pool)."""
+    probe = cfg.algo.probe
+    if not probe.per_family:
+        return tasks
+    if state.probe is not None and state.grpo_step > 0:
+        return focus_tasks(tasks, state.probe, probe.keep_below)
+    state.probe = probe_families(policy, cfg, tasks, run_dir)
+    pool = focus_tasks(tasks, state.probe, probe.keep_below)
+    failed = ", ".join(f"{name} {rate:.2g}" for name, rate in sorted(state.probe.items()) if rate < probe.keep_below)
+    console.print("GRPO draws from " + (f"{len(pool)} of {len(tasks)} tasks, the families the warm start solved less "
+                                        f"than {probe.keep_below:g} of: {failed}" if failed
+                                        else f"every family (none below {probe.keep_below:g})"))
+    return pool
+
+
 def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: TrainState, run_dir: Path,
              callbacks: CallbackList, resume_from: Path | None, clock: Clock) -> None:
     algo = cfg.algo
@@ -264,7 +312,7 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
     if resume_from is not None:
         load_checkpoint(resume_from, policy.model, opt, sched, generators)
     config = grpo.skyrl_algorithm_config(algo, cfg.rollout.temperature)
-    stream = prompt_stream(tasks, cfg.run.seed, algo.prompt_order)
+    stream = prompt_stream(grpo_pool(policy, cfg, tasks, state, run_dir), cfg.run.seed, algo.prompt_order)
     for _ in range(state.grpo_prompts_drawn):
         next(stream)
     sampling = policy.rollouts.sampling(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
@@ -361,7 +409,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
                                     {"engine": policy.engine.generator})
         summary = {**{f"eval_{k}": v for k, v in state.evals.items()}, "paired": _paired(run_dir, state.evals),
                    "train_seconds": round(clock.total, 1), "sft_steps": state.sft_step, "grpo_steps": state.grpo_step,
-                   "final_checkpoint": str(final) if final else None}
+                   "final_checkpoint": str(final) if final else None,
+                   **({"grpo_probe": state.probe} if state.probe is not None else {})}
     finally:
         callbacks.on_train_end(summary)
         policy.engine.close()
