@@ -41,6 +41,7 @@ def test_converted_tokenizer_is_ready_for_batched_generation(converted: Path) ->
     _, tokenizer = load_model(DEFAULT_MODEL, dtype="float32", device="cpu")
     assert tokenizer.pad_token == tokenizer.eos_token == "<|im_end|>"
     assert tokenizer.padding_side == "left"
+    assert tokenizer.decode(tokenizer.encode("a , b .")) == "a , b ." and not tokenizer.clean_up_tokenization_spaces
     assert tokenizer.model_max_length == 8192
 
 

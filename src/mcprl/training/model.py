@@ -112,7 +112,9 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
 
 
 def configure_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
-    """Generation-ready tokenizer: a finite max length, a pad token, left padding."""
+    """Generation-ready tokenizer: a finite max length, a pad token, left padding, and decoding verbatim
+    (SmolLM2's config asks for the WordPiece space clean-up, which transformers skips for BPE with a warning)."""
+    tokenizer.clean_up_tokenization_spaces = False
     if tokenizer.model_max_length > 10**6:
         tokenizer.model_max_length = MAX_LENGTH
     if tokenizer.pad_token is None:
