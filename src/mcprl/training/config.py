@@ -155,7 +155,8 @@ class DynamicSamplingConfig:
 @dataclass
 class ProbeConfig:
     """Offline difficulty filtering: before GRPO the warm start answers a few training tasks of each family
-    greedily, and GRPO draws its prompts from the families it failed. Embedded trainer."""
+    greedily, and GRPO draws its prompts from the families it failed. Embedded trainer (--engine skyrl
+    refuses it)."""
 
     per_family: int = opt(0, "Greedy probe episodes per task family before GRPO (0: off; every family gets prompts).")
     keep_below: float = opt(
