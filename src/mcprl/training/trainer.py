@@ -219,8 +219,8 @@ def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSa
 
     Group ids carry the draw position, so a task drawn twice in one step makes two groups. When
     `max_sample_batches` runs out, the step trains on what it collected (SkyRL's trainer stops instead:
-    on one machine a step without a full batch beats losing the run). `episodes` is the bar task that
-    counts them; each further sample batch adds its episodes to the total.
+    on one machine a step without a full batch beats losing the run). `episodes`, a progress bar and its
+    task, counts the rollouts as they end; each further sample batch adds its episodes to the total.
     """
     ds = algo.dynamic_sampling
     settings = {"type": ds.type, "max_sample_batches": ds.max_sample_batches, "min_replace_ratio": ds.min_replace_ratio,
