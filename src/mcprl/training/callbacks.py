@@ -248,7 +248,8 @@ class ConsoleCallback(Callback):
 _CONSOLE_FIELDS = (  # label, metric ("loss": the phase's loss), spread metric, format
     ("reward", "reward_mean", "reward_std", "{:.3f}"), ("success", "success_rate", None, "{:.0%}"),
     ("loss", "loss", None, "{:.4f}"), ("kl", "kl", None, "{:.4f}"), ("ratio", "ratio_mean", "ratio_std", "{:.3f}"),
-    ("tool ok", "tool_success_rate", None, "{:.0%}"), ("lr", "lr", None, "{:.1e}"),
+    ("demos", "guided_groups", None, "{:.0f}"), ("tool ok", "tool_success_rate", None, "{:.0%}"),
+    ("lr", "lr", None, "{:.1e}"),
     ("rollout tok/s", "rollout_tok_s", None, "{:.0f}"),
 )
 

@@ -178,6 +178,10 @@ class AlgoConfig:
                       "shuffles.")
     probe: ProbeConfig = opt(ProbeConfig(), "Which task families GRPO draws prompts from, by the warm start's "
                                             "greedy pass rate on training tasks.")
+    expert_guidance: bool = opt(
+        False, "Replace one rollout of each group whose rollouts all failed by the task's expert demo (data.experts, "
+               "replayed through the env), LUFFY-style: its tokens train at ratio 1 with the group's advantage. "
+               "Embedded trainer.")
     steps: int = opt(4, "GRPO steps.")
     epochs: int = opt(1, "PPO epochs over each step's batch.")
     micro_batch_size: int = opt(2, "Rollouts per forward/backward pass (gradients accumulate).")
@@ -798,6 +802,7 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
            f"demos {_exists(cfg.data.experts_path())}") if cfg.sft.enabled else "off"
     probe = (f", families the warm start fails: {a.probe.per_family} probe(s) each, kept below "
              f"{a.probe.keep_below:g}" if a.probe.per_family else "")
+    guidance = ", expert demos in failed groups" if a.expert_guidance else ""
     ds = a.dynamic_sampling
     sampling = f"dynamic sampling {ds.type} (<= {ds.max_sample_batches} batches/step)" if ds.type else "no dynamic sampling"
     wandb = _wandb_line(cfg.logging.wandb)
@@ -811,7 +816,7 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
         f"algorithm:  {a.name}: advantage {a.advantage_estimator}, loss {a.policy_loss} ({a.loss_reduction}), "
         f"group {a.group_size} x {a.prompts_per_step} prompts ({a.prompt_order}{probe}), {a.steps} steps, "
         f"lr {a.lr} ({a.lr_scheduler}), "
-        f"clip [{a.eps_clip_low}, {a.eps_clip_high}], kl {kl}, {sampling}",
+        f"clip [{a.eps_clip_low}, {a.eps_clip_high}], kl {kl}, {sampling}{guidance}",
         f"sft:        {sft}",
         f"reward:     {cfg.reward.backend}",
         f"data:       train {_exists(Path(cfg.data.train))}, eval {_exists(Path(cfg.data.eval))}"

@@ -37,7 +37,7 @@ class GRPOBatch:
     input_ids: list[list[int]]  # prompt + response
     prompt_lens: list[int]
     loss_mask: torch.Tensor  # [B, R] 1 on the model's tokens
-    old_logprobs: torch.Tensor  # [B, R] behaviour-policy logprobs (the rollout engine's)
+    old_logprobs: torch.Tensor  # [B, R] behaviour-policy logprobs (the rollout engine's; NaN: unknown, a demo)
     token_rewards: torch.Tensor  # [B, R] step rewards on the last token of each turn
     group_ids: list[str]
 
@@ -110,14 +110,39 @@ def _scatter(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.zeros(mask.shape, dtype=flat.dtype, device=flat.device).masked_scatter(mask.to(flat.device).bool(), flat)
 
 
+def current_logprobs(model: PreTrainedModel, batch: GRPOBatch, rows: list[int], pad_id: int, *,
+                     temperature: float, bf16: bool, micro_batch_size: int) -> torch.Tensor:
+    """[len(rows), R] logprobs of the rows' tokens under `model` as it is now, without gradient."""
+    parts = []
+    for start in range(0, len(rows), micro_batch_size):
+        chunk = rows[start:start + micro_batch_size]
+        ids, attention, select = _micro_tensors(batch, chunk, pad_id)
+        with torch.no_grad():
+            stats = selected_token_logprobs(model, ids, attention, select, temperature=temperature, bf16=bf16)
+        parts.append(_scatter(stats.logprobs, batch.loss_mask[chunk]).cpu())  # beside the batch's other tensors
+    return torch.cat(parts)
+
+
 def reference_logprobs(model: PreTrainedModel, batch: GRPOBatch, rows: list[int], pad_id: int, *,
                        temperature: float, bf16: bool, ref_model: PreTrainedModel | None) -> torch.Tensor:
     """Logprobs under the reference policy: the base model with the LoRA adapter off, or a frozen copy."""
-    ids, attention, select = _micro_tensors(batch, rows, pad_id)
     disable = model.disable_adapter() if ref_model is None else contextlib.nullcontext()
-    with torch.no_grad(), disable:
-        stats = selected_token_logprobs(ref_model or model, ids, attention, select, temperature=temperature, bf16=bf16)
-    return _scatter(stats.logprobs, batch.loss_mask[rows]).cpu()  # beside the batch's other tensors
+    with disable:
+        return current_logprobs(ref_model or model, batch, rows, pad_id, temperature=temperature, bf16=bf16,
+                                micro_batch_size=len(rows))
+
+
+def fill_unknown_behaviour(model: PreTrainedModel, batch: GRPOBatch, pad_id: int, *, temperature: float, bf16: bool,
+                           micro_batch_size: int) -> list[int]:
+    """Rows whose behaviour logprobs are NaN (expert demos: no policy sampled them) take the current
+    policy's, so their first-epoch ratio is 1 and the loss is a plain policy gradient on the demo's tokens.
+    Returns those rows."""
+    rows = [i for i in range(batch.size) if bool(batch.old_logprobs[i].isnan().any())]
+    if rows:
+        mine = current_logprobs(model, batch, rows, pad_id, temperature=temperature, bf16=bf16,
+                                micro_batch_size=micro_batch_size)
+        batch.old_logprobs[rows] = torch.where(batch.loss_mask[rows].bool(), mine, 0.0)
+    return rows
 
 
 def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, algo: AlgoConfig,
@@ -126,6 +151,8 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
     """Advantages, then `algo.epochs` passes of micro-batched forward/backward with one optimizer step each."""
     use_kl = algo.kl_coef > 0
     all_rows = list(range(batch.size))
+    demos = fill_unknown_behaviour(model, batch, pad_id, temperature=temperature, bf16=bf16,
+                                   micro_batch_size=algo.micro_batch_size)
     ref = reference_logprobs(model, batch, all_rows, pad_id, temperature=temperature, bf16=bf16,
                              ref_model=ref_model) if use_kl else None
     if use_kl and config.use_kl_in_reward:
@@ -139,7 +166,8 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
     active = [i for i in all_rows if use_kl or bool(adv[i].abs().sum() > 0)]
     loss_fn = PolicyLossRegistry.get(config.policy_loss_type)
     total_tokens = batch.loss_mask.sum().clamp(min=1)
-    metrics: dict[str, float] = {"active_rows": float(len(active)), "rows": float(batch.size)}
+    metrics: dict[str, float] = {"active_rows": float(len(active)), "rows": float(batch.size),
+                                 "demo_rows": float(len(demos))}
     for _ in range(max(1, algo.epochs)):
         sums = {"loss": 0.0, "dev": 0.0, "dev_sq": 0.0, "kl": 0.0, "entropy": 0.0, "clip": 0.0, "tokens": 0.0}
         for start in range(0, len(active), algo.micro_batch_size):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from copy import copy
+from dataclasses import dataclass, field
 from typing import Any
 
 import mcprl._compat  # noqa: F401 - before skyrl
@@ -33,6 +34,7 @@ class RolloutResult:
     group_ids: list[str]  # the task each trajectory belongs to (GRPO groups)
     output: dict[str, Any]  # SkyRL GeneratorOutput
     trajectories: list[dict[str, Any]]  # eval-format records (docs/evaluation.md)
+    guided: list[dict[str, Any]] = field(default_factory=list)  # expert demos GRPO added to failed groups (guidance.py)
 
 
 class Rollouts:
@@ -48,6 +50,12 @@ class Rollouts:
     def sampling(self, temperature: float, top_p: float = 1.0, top_k: int = -1) -> dict[str, Any]:
         return {"max_generate_length": self.max_new_tokens, "temperature": temperature, "top_p": top_p,
                 "top_k": top_k, "logprobs": 0, "stop": stop_strings("hermes")}
+
+    def replaying(self, engine: Any) -> Rollouts:
+        """The same episodes' settings over another inference client (guidance.py replays demos with one)."""
+        other = copy(self)
+        other.engine = engine
+        return other
 
     def run(self, tasks: list[SkyRLSample], n_per_task: int, sampling: dict[str, Any],
             on_episode: Callable[[], None] | None = None) -> RolloutResult:

@@ -150,6 +150,9 @@ def _check_supported(cfg: TrainConfig) -> None:
     if cfg.algo.probe.per_family:
         raise ConfigError(f"algo.probe.per_family={cfg.algo.probe.per_family}: the probe runs in the embedded trainer "
                           "only; set it to 0, or pass SkyRL a data.train that holds the families to train on")
+    if cfg.algo.expert_guidance:
+        raise ConfigError("algo.expert_guidance=true: demos join failed groups in the embedded trainer only; set it "
+                          "to false for SkyRL's trainer")
     if cfg.finetune.mode == "full" and cfg.finetune.top_layers is not None:
         raise ConfigError(f"finetune.top_layers={cfg.finetune.top_layers} with mode full: SkyRL's trainer fine-tunes "
                           "every weight; set top_layers: null, or use mode lora (adapters on the top layers)")

@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import mcprl._compat  # noqa: F401 - before skyrl
 import numpy as np
@@ -39,11 +39,13 @@ from mcprl.training.checkpoint import (
 )
 from mcprl.training.config import AlgoConfig, LRSchedule, PromptOrder, TrainConfig
 from mcprl.training.devices import release_memory, rss_gb
+from mcprl.training.guidance import add_expert_demos, demo_turns
 from mcprl.training.policy import Policy, build_policy
 from mcprl.training.rollout import RolloutResult, episode_progress
 from mcprl.training.sft import WeightAverage, batches, load_experts, sft_step, tokenize_conversation
 
 console = Console()
+Guide = Callable[[RolloutResult, list[str]], dict[str, Any]]
 logger.disable("skyrl.train.utils.trainer_utils")  # dynamic sampling's banners; the step metrics say the same
 
 
@@ -203,24 +205,30 @@ def rollout_metrics(results: list[RolloutResult], group_size: int) -> dict[str, 
             "reward_var_per_prompt_mean": float(variances.mean()), "sample_batches": float(len(results))}
 
 
+def guided_metrics(results: list[RolloutResult], guided: bool) -> dict[str, float]:
+    """Groups that trained on an expert demo (algo.expert_guidance), counted over every sample batch."""
+    return {"guided_groups": float(sum(len(r.guided) for r in results))} if guided else {}
+
+
 def write_rollouts(path: Path, results: list[RolloutResult]) -> None:
     """The step's episodes as eval trajectories, so `mcprl eval` tooling and a reader can see what GRPO
     learned from (group rewards, the calls behind them), not just their means."""
     from mcprl.eval.trajectory import as_trajectories, dump_trajectories
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    dump_trajectories(as_trajectories(t for r in results for t in r.trajectories), path)
+    dump_trajectories(as_trajectories(t for r in results for t in [*r.trajectories, *r.guided]), path)
 
 
 def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSample], state: TrainState,
                       sampling: dict[str, Any], episodes: tuple[Progress, TaskID] | None = None,
-                      ) -> tuple[dict[str, Any], list[str], list[RolloutResult]]:
+                      guide: Guide | None = None) -> tuple[dict[str, Any], list[str], list[RolloutResult]]:
     """One step's rollouts, through SkyRL's dynamic sampling when configured.
 
     Group ids carry the draw position, so a task drawn twice in one step makes two groups. When
     `max_sample_batches` runs out, the step trains on what it collected (SkyRL's trainer stops instead:
     on one machine a step without a full batch beats losing the run). `episodes`, a progress bar and its
     task, counts the rollouts as they end; each further sample batch adds its episodes to the total.
+    `guide` puts expert demos into failed groups before the filter sees them (guidance.add_expert_demos).
     """
     ds = algo.dynamic_sampling
     settings = {"type": ds.type, "max_sample_batches": ds.max_sample_batches, "min_replace_ratio": ds.min_replace_ratio,
@@ -241,19 +249,22 @@ def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSa
         result = policy.rollouts.run(prompts, algo.group_size, sampling, on_episode)
         results.append(result)
         uids = [f"{first + i // algo.group_size}:{g}" for i, g in enumerate(result.group_ids)]
+        output = result.output
+        if guide is not None:
+            output = guide(result, uids)
         collected["sample_batch_count"] += 1
         if "collected_uids" in collected and not collected["collected_uids"]:
             # an empty collection so far: start it afresh, as SkyRL's concatenation of two empty outputs
             # fails computing their metrics (np.min of no tokens; skyrl 0.3.0)
             for key in ("collected_generator_output", "collected_uids", "num_prompts_in_batch"):
                 collected.pop(key)
-        output, uids, more, collected = handle_dynamic_sampling(result.output, uids, settings, collected)
+        kept, kept_uids, more, collected = handle_dynamic_sampling(output, uids, settings, collected)
         if not more:
-            return output, uids, results
+            return kept, kept_uids, results
         if collected["sample_batch_count"] >= ds.max_sample_batches:
             if collected.get("collected_uids"):  # filter: the groups with reward variance so far
                 return collected["collected_generator_output"], collected["collected_uids"], results
-            return result.output, uids, results
+            return output, uids, results
 
 
 def probe_families(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: Path) -> dict[str, float]:
@@ -304,6 +315,15 @@ def grpo_pool(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state:
     return pool
 
 
+def expert_guide(policy: Policy, cfg: TrainConfig, sampling: dict[str, Any]) -> Guide:
+    path = Path(cfg.data.experts_path())
+    if not path.exists():
+        raise ValueError(f"algo.expert_guidance needs the training tasks' expert demos and {path} is missing "
+                         "(data.experts; the rule generator writes them)")
+    demos = demo_turns(load_experts(path))
+    return partial(add_expert_demos, policy.rollouts, demos, sampling)
+
+
 def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: TrainState, run_dir: Path,
              callbacks: CallbackList, resume_from: Path | None, clock: Clock) -> None:
     algo = cfg.algo
@@ -316,6 +336,7 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
     for _ in range(state.grpo_prompts_drawn):
         next(stream)
     sampling = policy.rollouts.sampling(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
+    guide = expert_guide(policy, cfg, sampling) if algo.expert_guidance else None
     with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=console, transient=True) as bar:
         job = bar.add_task("GRPO", total=algo.steps, completed=state.grpo_step)
         episodes = bar.add_task("rollouts", total=None)
@@ -323,7 +344,7 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
             t0 = time.perf_counter()
             policy.engine.reset_stats()
             bar.reset(episodes)
-            output, uids, results = sample_step_batch(policy, algo, stream, state, sampling, (bar, episodes))
+            output, uids, results = sample_step_batch(policy, algo, stream, state, sampling, (bar, episodes), guide)
             t_rollout = time.perf_counter() - t0
             policy.model.train()
             batch = grpo.build_batch(output, uids)
@@ -336,6 +357,7 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
                                                 "rollout_s": t_rollout,
                                                 "rollout_tok_s": policy.engine.stats.tokens_per_second,
                                                 **rollout_metrics(results, algo.group_size),
+                                                **guided_metrics(results, guide is not None),
                                                 **metrics, "rss_gb": rss_gb()})
             if cfg.logging.rollouts:
                 write_rollouts(run_dir / "rollouts" / f"grpo_step_{state.grpo_step}.jsonl", results)
