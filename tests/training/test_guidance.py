@@ -82,7 +82,8 @@ def test_recovery_slips_are_not_replayed():
     expert = {"task_id": "t", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
                                            slip, {"role": "user", "content": "error"},
                                            {"role": "assistant", "content": "<answer>1</answer>"}]}
-    assert demo_turns([expert, {"messages": []}]) == {"t": ["<answer>1</answer>"]}
+    empty = {"task_id": "e", "messages": [{"role": "user", "content": "q"}]}
+    assert demo_turns([expert, empty, {"messages": []}]) == {"t": ["<answer>1</answer>"]}
 
 
 def test_a_demo_row_trains_at_ratio_one_and_raises_its_own_likelihood():

@@ -25,12 +25,9 @@ ROW_KEYS = ("prompt_token_ids", "response_ids", "rewards", "loss_masks", "stop_r
 def demo_turns(experts: list[dict[str, Any]]) -> dict[str, list[str]]:
     """task_id -> the demo's assistant turns, without the slips a recovery demo makes on purpose (weight 0:
     replayed with a positive advantage they would be taught as right)."""
-    turns = {}
-    for expert in experts:
-        if "task_id" in expert:
-            turns[expert["task_id"]] = [m["content"] for m in expert["messages"]
-                                        if m["role"] == "assistant" and m.get("weight", 1) != 0]
-    return turns
+    turns = {expert.get("task_id"): [m["content"] for m in expert["messages"]
+                                     if m["role"] == "assistant" and m.get("weight", 1) != 0] for expert in experts}
+    return {task_id: demo for task_id, demo in turns.items() if task_id is not None and demo}
 
 
 class ReplayClient:
