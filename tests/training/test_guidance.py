@@ -2,6 +2,7 @@
 and servers) takes the last rollout's place, and the update trains it at ratio 1 with the group's advantage."""
 
 import copy
+import json
 import math
 
 import pytest
@@ -134,3 +135,26 @@ def test_guided_groups_pass_the_dynamic_sampling_filter_and_stay_out_of_the_roll
     assert len(uids) == 4 and output["rewards"] == [0.0, 1.0, 0.0, 1.0]
     assert rollout_metrics(results, 2)["success_rate"] == 0.0  # the policy's own episodes
     assert guided_metrics(results, True) == {"guided_groups": 2.0} and guided_metrics(results, False) == {}
+
+
+@pytest.mark.slow
+def test_a_real_run_trains_on_demos_where_the_base_model_fails(tmp_path):
+    """The untrained model fails every task, so each group it samples trains on its task's demo."""
+    from mcprl.eval.trajectory import load_trajectories
+    from mcprl.training import trainer
+    from mcprl.training.config import load_train_config
+
+    data, run = tmp_path / "data", tmp_path / "run"
+    cfg = load_train_config("configs/quickstart.yaml", [
+        "data.generate.n_train=6", "data.generate.n_eval=1", f"data.train={data / 'train.jsonl'}",
+        f"data.eval={data / 'test.jsonl'}", f"run.output_dir={run}", "sft.enabled=false", "eval.before=false",
+        "eval.after_grpo=false", "algo.steps=1", "algo.prompts_per_step=2", "algo.group_size=2",
+        "algo.expert_guidance=true", "rollout.max_new_tokens=24", "logging.wandb.enabled=false",
+        "logging.console_every=0", "model.threads=1"])
+    trainer.train(cfg)
+    step, = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"grpo"' in line]
+    assert step["success_rate"] == 0.0 and step["guided_groups"] == 2 and step["demo_rows"] == 2
+    assert math.isfinite(step["policy_loss"]) and step["ratio_mean"] == pytest.approx(1.0, abs=1e-3)
+    episodes = load_trajectories(run / "rollouts" / "grpo_step_1.jsonl")
+    demos = [t for t in episodes if getattr(t, "guided", False)]
+    assert len(episodes) == 6 and len(demos) == 2 and all(t.success for t in demos)
