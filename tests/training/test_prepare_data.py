@@ -44,3 +44,13 @@ def test_files_generated_with_other_settings_and_a_method_that_needs_inputs_say_
     prepare_data(_config(tmp_path))
     with pytest.raises(ValueError, match="generated with other data.generate settings.*method=llm needs inputs"):
         prepare_data(_config(tmp_path, "data.generate.method=llm"))
+
+
+def test_expert_guidance_needs_the_demos_even_without_sft(tmp_path):
+    prepare_data(_config(tmp_path))
+    experts = tmp_path / "train.experts.jsonl"
+    experts.unlink()
+    prepare_data(_config(tmp_path, "sft.enabled=false"))
+    assert not experts.exists()  # nothing reads them
+    prepare_data(_config(tmp_path, "sft.enabled=false", "algo.expert_guidance=true"))
+    assert experts.exists()

@@ -58,7 +58,8 @@ def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample]
     train_path, eval_path, experts_path = Path(cfg.data.train), Path(cfg.data.eval), Path(cfg.data.experts_path())
     g = cfg.data.generate
     stamp, wanted = train_path.with_name(f"{train_path.stem}.generate.json"), json.dumps(asdict(g), sort_keys=True)
-    missing = not (train_path.exists() and eval_path.exists() and (experts_path.exists() or not cfg.sft.enabled))
+    needs_experts = cfg.sft.enabled or cfg.algo.expert_guidance
+    missing = not (train_path.exists() and eval_path.exists() and (experts_path.exists() or not needs_experts))
     stale = stamp.exists() and stamp.read_text() != wanted
     if cfg.data.regenerate or missing or stale:
         if g.method != "rules":
@@ -316,11 +317,7 @@ def grpo_pool(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state:
 
 
 def expert_guide(policy: Policy, cfg: TrainConfig, sampling: dict[str, Any]) -> Guide:
-    path = Path(cfg.data.experts_path())
-    if not path.exists():
-        raise ValueError(f"algo.expert_guidance needs the training tasks' expert demos and {path} is missing "
-                         "(data.experts; the rule generator writes them)")
-    demos = demo_turns(load_experts(path))
+    demos = demo_turns(load_experts(cfg.data.experts_path()))
     return partial(add_expert_demos, policy.rollouts, demos, sampling)
 
 
