@@ -19,3 +19,11 @@ def free_port() -> int:
 @pytest.fixture
 def port() -> int:
     return free_port()
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The default model's tokenizer as the trainer configures it (a module may define its own)."""
+    from mcprl.training.model import load_model
+
+    return load_model("smollm2-135m", device="cpu")[1]

@@ -8,13 +8,7 @@ import mcprl._compat  # noqa: F401
 import mcprl.envs  # noqa: F401
 from mcprl.data.rules import generate
 from mcprl.training.inference import make_generator
-from mcprl.training.model import load_model
 from tests.support.scripted import ScriptedClient, expert_policy
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_model("smollm2-135m", device="cpu")[1]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from mcprl.data.rules import generate
 from mcprl.data.sample import write_samples
 from mcprl.eval.results import write_eval_outputs
 from mcprl.training.config import env_config, load_train_config
-from mcprl.training.model import load_model
 from mcprl.training.rollout import Rollouts
 from tests.support.scripted import ScriptedClient, expert_policy
 
@@ -19,11 +18,6 @@ from tests.support.scripted import ScriptedClient, expert_policy
 @pytest.fixture(scope="module")
 def tasks():
     return generate(4, seed=21, progress=False)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_model("smollm2-135m", device="cpu")[1]
 
 
 def scripted_eval(tokenizer, tasks, policy, out, reference=None, n=2, on_episode=None):

@@ -13,7 +13,6 @@ from mcprl.training import grpo
 from mcprl.training.checkpoint import TrainState
 from mcprl.training.config import AlgoConfig, DynamicSamplingConfig, env_config, load_train_config
 from mcprl.training.guidance import add_expert_demos, demo_turns
-from mcprl.training.model import load_model
 from mcprl.training.rollout import Rollouts
 from mcprl.training.trainer import guided_metrics, rollout_metrics, sample_step_batch
 from tests.support.scripted import ScriptedClient, expert_policy
@@ -27,11 +26,6 @@ UNSURE = "<answer>I am not sure.</answer>"
 @pytest.fixture(scope="module")
 def tasks():
     return generate(3, seed=21, progress=False)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_model("smollm2-135m", device="cpu")[1]
 
 
 def rollouts_solving_only_the_first(tokenizer, tasks) -> Rollouts:
