@@ -92,6 +92,7 @@ def test_later_overrides_win_and_yaml_floats_without_dot_are_numbers(tmp_path):
     ("algo.use_kl_loss=true", "algo.use_kl_loss=true needs algo.kl_coef > 0"),
     ("reward.weights.solvd=1", "unknown config key 'reward.weights.solvd'; did you mean 'reward.weights.solved'?"),
     ("reward.judge.modle=x", "did you mean 'reward.judge.model'?"),
+    ("algo.probe.share=0", "algo.probe.share must be in (0, 1], got 0"),
     ("rollout.temperature=0", "rollout.temperature must be > 0 for GRPO"),
     ("rollout.max_idle_turns=0", "rollout.max_idle_turns must be >= 1 or null, got 0"),
     ("rollout.vllm.max_model_len=1024", "rollout.vllm.max_model_len (1024) must be >= max_input_length"),

@@ -161,6 +161,8 @@ class ProbeConfig:
     per_family: int = opt(0, "Greedy probe episodes per task family before GRPO (0: off; every family gets prompts).")
     keep_below: float = opt(
         1.0, "Families whose probe pass rate is below this get GRPO's prompts (none below: every family does).")
+    share: float = opt(
+        1.0, "Share of GRPO's prompts drawn from those families; the rest come from every task (1: only them).")
 
 
 @dataclass
@@ -606,6 +608,7 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
         (a.steps >= 1, f"algo.steps must be >= 1, got {a.steps} (use --sft-only to skip GRPO)"),
         (a.probe.per_family >= 0, f"algo.probe.per_family must be >= 0 (0: off), got {a.probe.per_family}"),
         (0 < a.probe.keep_below <= 1, f"algo.probe.keep_below must be in (0, 1], got {a.probe.keep_below}"),
+        (0 < a.probe.share <= 1, f"algo.probe.share must be in (0, 1], got {a.probe.share}"),
         (a.epochs >= 1, f"algo.epochs must be >= 1, got {a.epochs}"),
         (a.micro_batch_size >= 1, f"algo.micro_batch_size must be >= 1, got {a.micro_batch_size}"),
         (a.lr > 0, f"algo.lr must be positive, got {a.lr}"),
@@ -800,8 +803,9 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
                   else ", prompt without gradient")
     sft = (f"on: {length}{cap}, lr {cfg.sft.lr} ({cfg.sft.lr_scheduler}), batch {cfg.sft.batch_size}{prompt}, "
            f"demos {_exists(cfg.data.experts_path())}") if cfg.sft.enabled else "off"
+    mixed = f", {a.probe.share:.0%} of prompts" if a.probe.share < 1 else ""
     probe = (f", families the warm start fails: {a.probe.per_family} probe(s) each, kept below "
-             f"{a.probe.keep_below:g}" if a.probe.per_family else "")
+             f"{a.probe.keep_below:g}{mixed}" if a.probe.per_family else "")
     guidance = ", expert demos in failed groups" if a.expert_guidance else ""
     ds = a.dynamic_sampling
     sampling = f"dynamic sampling {ds.type} (<= {ds.max_sample_batches} batches/step)" if ds.type else "no dynamic sampling"

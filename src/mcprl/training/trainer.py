@@ -298,22 +298,36 @@ def focus_tasks(tasks: list[SkyRLSample], rates: dict[str, float], keep_below: f
     return [t for t in tasks if task_family(t) in keep] or tasks
 
 
-def grpo_pool(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: TrainState,
-              run_dir: Path) -> list[SkyRLSample]:
-    """GRPO's prompt pool: every task, or with `algo.probe` the families the warm start fails (probed once,
-    before the first step, and kept in the checkpoints so a resumed run draws from the same pool)."""
-    probe = cfg.algo.probe
+def mixed_stream(focus: Iterator[SkyRLSample], whole: Iterator[SkyRLSample], share: float) -> Iterator[SkyRLSample]:
+    """Prompt n from `focus` when floor((n + 1) * share) passes floor(n * share), else from `whole`: every prefix
+    holds the share to within one prompt (a step of 3 at share 1/3: one focus prompt), reproducible from n."""
+    n = 0
+    while True:
+        yield next(focus) if math.floor((n + 1) * share) > math.floor(n * share) else next(whole)
+        n += 1
+
+
+def grpo_prompts(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: TrainState,
+                 run_dir: Path) -> Iterator[SkyRLSample]:
+    """GRPO's prompt stream: every task, or with `algo.probe` the families the warm start fails (probed once,
+    before the first step, and kept in the checkpoints so a resumed run draws the same prompts), mixed with
+    every task at `algo.probe.share`. Position n is reproducible from (seed, n)."""
+    probe, seed, order = cfg.algo.probe, cfg.run.seed, cfg.algo.prompt_order
     if not probe.per_family:
-        return tasks
-    if state.probe is not None and state.grpo_step > 0:
-        return focus_tasks(tasks, state.probe, probe.keep_below)
-    state.probe = probe_families(policy, cfg, tasks, run_dir)
+        return prompt_stream(tasks, seed, order)
+    fresh = state.probe is None or state.grpo_step == 0
+    if fresh:
+        state.probe = probe_families(policy, cfg, tasks, run_dir)
     pool = focus_tasks(tasks, state.probe, probe.keep_below)
-    failed = ", ".join(f"{name} {rate:.2g}" for name, rate in sorted(state.probe.items()) if rate < probe.keep_below)
-    console.print("GRPO draws from " + (f"{len(pool)} of {len(tasks)} tasks, the families the warm start solved less "
-                                        f"than {probe.keep_below:g} of: {failed}" if failed
-                                        else f"every family (none below {probe.keep_below:g})"))
-    return pool
+    if fresh:
+        failed = ", ".join(f"{name} {rate:.2g}" for name, rate in sorted(state.probe.items())
+                           if rate < probe.keep_below)
+        mixed = f" ({probe.share:.0%} of the prompts; the rest from every task)" if probe.share < 1 else ""
+        console.print("GRPO draws from " + (f"{len(pool)} of {len(tasks)} tasks{mixed}, the families the warm start "
+                                            f"solved less than {probe.keep_below:g} of: {failed}" if failed
+                                            else f"every family (none below {probe.keep_below:g})"))
+    focus = prompt_stream(pool, seed, order)
+    return focus if probe.share == 1 else mixed_stream(focus, prompt_stream(tasks, seed, order), probe.share)
 
 
 def expert_guide(policy: Policy, cfg: TrainConfig, sampling: dict[str, Any]) -> Guide:
@@ -329,7 +343,7 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
     if resume_from is not None:
         load_checkpoint(resume_from, policy.model, opt, sched, generators)
     config = grpo.skyrl_algorithm_config(algo, cfg.rollout.temperature)
-    stream = prompt_stream(grpo_pool(policy, cfg, tasks, state, run_dir), cfg.run.seed, algo.prompt_order)
+    stream = grpo_prompts(policy, cfg, tasks, state, run_dir)
     for _ in range(state.grpo_prompts_drawn):
         next(stream)
     sampling = policy.rollouts.sampling(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
