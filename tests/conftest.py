@@ -23,7 +23,10 @@ def port() -> int:
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    """The default model's tokenizer as the trainer configures it (a module may define its own)."""
-    from mcprl.training.model import load_model
+    """The default model's tokenizer as `load_model` configures it, without loading the weights
+    (test_validate defines its own: the validator's unconfigured loader is what it tests)."""
+    from transformers import AutoTokenizer
 
-    return load_model("smollm2-135m", device="cpu")[1]
+    from mcprl.training.model import DEFAULT_MODEL, configure_tokenizer, resolve_model
+
+    return configure_tokenizer(AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL), local_files_only=True))

@@ -68,13 +68,9 @@ def test_gradient_checkpointing_encodes_the_whole_row_with_gradient_instead_of_f
     torch.testing.assert_close(_grads(model), g_full, atol=1e-5, rtol=1e-4)
 
 
-def test_a_weight_0_message_stays_in_the_context_and_out_of_the_loss():
-    from transformers import AutoTokenizer
-
-    from mcprl.training.model import DEFAULT_MODEL, configure_tokenizer, resolve_model
+def test_a_weight_0_message_stays_in_the_context_and_out_of_the_loss(tokenizer):
     from mcprl.training.sft import tokenize_conversation
 
-    tokenizer = configure_tokenizer(AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL)))
     slip, fix = '<tool_call>{"name": "q", "arguments": {"t": "LLIN"}}</tool_call>', '<tool_call>{"name": "q", ' \
         '"arguments": {"t": "LIN"}}</tool_call>'
     messages = [{"role": "user", "content": "Price of LIN?"}, {"role": "assistant", "content": slip, "weight": 0},

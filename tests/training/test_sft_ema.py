@@ -5,12 +5,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import AutoTokenizer
 
 from mcprl.training.callbacks import Callback, CallbackList
 from mcprl.training.checkpoint import read_state
 from mcprl.training.config import ConfigError, FinetuneConfig, LoraConfig, load_train_config
-from mcprl.training.model import DEFAULT_MODEL, configure_tokenizer, resolve_model
 from mcprl.training.policy import Policy, wrap_for_finetune
 from mcprl.training.sft import WeightAverage
 from mcprl.training.trainer import Clock, TrainState, run_sft
@@ -30,11 +28,6 @@ class Snapshots(Callback):
         self.seen.append([p.detach().clone() for p in self.model.parameters()])
         if step == self.crash_at:
             raise KeyboardInterrupt(f"simulated crash after SFT step {step}")
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return configure_tokenizer(AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL)))
 
 
 def _policy(tokenizer):
