@@ -84,3 +84,26 @@ def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch, mode):
     for step in (3, 4):
         assert resumed[("sft", step)]["sft_loss"] == pytest.approx(
             next(r for r in sft if r["step"] == step)["sft_loss"], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_kl_to_the_warm_start_survives_a_resume_mid_grpo(tmp_path, monkeypatch):
+    """Full fine-tune with a KL loss: the reference is the warm start (KL 0 at the first step, then not),
+    and a run resumed after GRPO step 1 rebuilds it from that checkpoint: step 2 repeats exactly."""
+    kl = ["algo.kl_coef=0.1", "algo.use_kl_loss=true", "sft.max_steps=2", "sft.save_every=0", "eval.before=false",
+          "eval.after_sft=false", "eval.after_grpo=false"]
+    trainer.train(config(tmp_path, "straight", *kl))
+    straight = [r for r in rows(tmp_path / "straight") if r["phase"] == "grpo"]
+    assert straight[0]["ref_kl"] == pytest.approx(0.0, abs=1e-3) and straight[1]["ref_kl"] > 1e-5
+    original = trainer.build_callbacks
+    monkeypatch.setattr(trainer, "build_callbacks", lambda cfg, run_dir: CallbackList(
+        [CrashAt("grpo", 2), *original(cfg, run_dir)]))
+    crashed = config(tmp_path, "crashed", *kl)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train(crashed)
+    monkeypatch.setattr(trainer, "build_callbacks", original)
+    trainer.train(crashed, resume=True)
+    again = [r for r in rows(tmp_path / "crashed") if r["phase"] == "grpo"][-1]
+    assert again["step"] == 2
+    for key in ("policy_loss", "ref_kl", "grad_norm"):
+        assert again[key] == pytest.approx(straight[1][key], abs=1e-4), key

@@ -35,7 +35,7 @@ WANDB_STEP_KEYS = {
     "reward_mean": "episode_reward", "reward_std": "episode_reward_std", "episode_len": "episode_len",
     "tool_success_rate": "tool_success_rate", "tool_timeout_rate": "tool_timeout_rate",
     "malformed_rate": "malformed_rate", "success_rate": "success_rate",
-    "frac_prompts_with_signal": "frac_prompts_with_signal",
+    "frac_prompts_with_signal": "frac_prompts_with_signal", "ref_kl": "ref_kl",
 }  # fmt: skip
 # Checkpoint files that are training state, not the model; never uploaded.
 _STATE_PREFIXES = ("optimizer", "scheduler", "rng")
@@ -189,8 +189,8 @@ class PPOHealthCallback(Callback):
             self._warn(step, f"policy_loss is {loss} (NaN/inf): check the learning rate, the advantages "
                              f"(a group with zero std and grpo_norm_by_std) and the logprobs for -inf")
         if m["kl"] is not None and m["kl"] > self.max_kl:
-            self._warn(step, f"KL to the reference is {m['kl']:.3g} (> {self.max_kl}): the policy is running away; "
-                             f"lower algo.lr or raise algo.kl_coef")
+            self._warn(step, f"approx KL between the sampling and the updated policy is {m['kl']:.3g} "
+                             f"(> {self.max_kl}): one update moved the policy far; lower algo.lr or raise algo.kl_coef")
         if m["ratio_mean"] is not None and abs(m["ratio_mean"] - 1) > self.ratio_tol:
             self._warn(step, f"ratio_mean is {m['ratio_mean']:.3g}, far from 1: the rollout logprobs do not match the "
                              f"trainer's forward pass (token alignment, chat template, temperature, stale weights)")

@@ -33,6 +33,7 @@ class TrainState:
     elapsed_s: float = 0.0  # training seconds before this process
     evals: dict[str, Any] = field(default_factory=dict)  # name -> overall metrics
     probe: dict[str, float] | None = None  # family -> the warm start's greedy pass rate (algo.probe), once probed
+    warm_start: str | None = None  # the checkpoint GRPO began from (None: the base model), the KL reference
 
     @property
     def tag(self) -> str:

@@ -196,7 +196,8 @@ class AlgoConfig:
     eps_clip_low: float = opt(0.2, "PPO ratio clip below 1 - eps_clip_low.")
     eps_clip_high: float = opt(0.28, "PPO ratio clip above 1 + eps_clip_high (DAPO clip-higher).")
     clip_ratio_c: float = opt(3.0, "Dual-clip bound for negative advantages (policy_loss dual_clip).")
-    kl_coef: float = opt(0.0, "Weight of the KL to the reference model; 0 turns KL (and the reference model) off.")
+    kl_coef: float = opt(0.0, "Weight of the KL to the reference (the policy GRPO starts from: the warm start "
+                              "after SFT); 0 turns KL (and the reference model) off.")
     use_kl_loss: bool = opt(False, "KL as a loss term (true) or as a penalty subtracted from the reward (false).")
     kl_estimator: Literal["k1", "k2", "k3", "abs"] = opt("k3", "KL estimator (see joschu.net/blog/kl-approx).")
     grpo_norm_by_std: bool = opt(True, "Divide group-relative advantages by the group's reward std.")

@@ -41,6 +41,7 @@ from mcprl.training.config import AlgoConfig, LRSchedule, PromptOrder, TrainConf
 from mcprl.training.devices import release_memory, rss_gb
 from mcprl.training.guidance import add_expert_demos, demo_turns
 from mcprl.training.policy import Policy, build_policy
+from mcprl.training.reference import kl_reference
 from mcprl.training.rollout import RolloutResult, episode_progress
 from mcprl.training.sft import WeightAverage, batches, load_experts, sft_step, tokenize_conversation
 
@@ -342,6 +343,9 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
     generators = {"engine": policy.engine.generator}
     if resume_from is not None:
         load_checkpoint(resume_from, policy.model, opt, sched, generators)
+    if state.grpo_step == 0:
+        state.warm_start = str(Path(resume_from).resolve()) if resume_from is not None else None
+    reference = kl_reference(policy.model, algo.kl_coef, state, cfg.model.name)
     config = grpo.skyrl_algorithm_config(algo, cfg.rollout.temperature)
     stream = grpo_prompts(policy, cfg, tasks, state, run_dir)
     for _ in range(state.grpo_prompts_drawn):
@@ -360,7 +364,7 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
             policy.model.train()
             batch = grpo.build_batch(output, uids)
             metrics = grpo.update(policy.model, batch, config, algo, opt, sched, pad_id=policy.pad_id,
-                                  temperature=cfg.rollout.temperature, bf16=policy.bf16)
+                                  temperature=cfg.rollout.temperature, bf16=policy.bf16, ref_model=reference)
             policy.engine.sync_weights()
             release_memory()
             state.grpo_step += 1
