@@ -91,3 +91,18 @@ def test_a_missing_warm_start_is_one_clear_error_not_a_silent_base_model_referen
     unrecorded = TrainState(phase="grpo", sft_step=4, grpo_step=2)
     with pytest.raises(ConfigError, match="does not record the warm start"):
         kl_reference(tiny_llama(), KL.kl_coef, unrecorded, "unused")
+
+
+def test_without_a_warm_start_a_resume_takes_the_base_model_or_the_disabled_adapter():
+    """GRPO without SFT began from the base model: a LoRA run's disabled adapter is it; a full fine-tune
+    resumed mid-GRPO loads it again."""
+    from mcprl.training.model import DEFAULT_MODEL, load_model
+
+    resumed = TrainState(phase="grpo", grpo_step=1)
+    assert kl_reference(_lora(tiny_llama()), KL.kl_coef, resumed, "unused") is None
+    model, _ = load_model(DEFAULT_MODEL, dtype="float32", device="cpu")
+    base = _params(model).clone()
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)  # GRPO's steps so far
+    ref = kl_reference(model, KL.kl_coef, resumed, DEFAULT_MODEL)
+    assert torch.equal(_params(ref), base) and not any(p.requires_grad for p in ref.parameters())
