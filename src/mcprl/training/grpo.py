@@ -155,10 +155,11 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
                                    micro_batch_size=algo.micro_batch_size)
     ref = reference_logprobs(model, batch, all_rows, pad_id, temperature=temperature, bf16=bf16,
                              ref_model=ref_model) if use_kl else None
+    total_tokens = batch.loss_mask.sum().clamp(min=1)
     metrics: dict[str, float] = {"rows": float(batch.size), "demo_rows": float(len(demos))}
     if use_kl:
         kl = compute_approx_kl(batch.old_logprobs, ref, batch.loss_mask, config.kl_estimator_type)
-        metrics["ref_kl"] = float((kl * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1))
+        metrics["ref_kl"] = float((kl * batch.loss_mask).sum() / total_tokens)
         if config.use_kl_in_reward:
             batch.token_rewards = batch.token_rewards - algo.kl_coef * kl
     adv = advantages(batch, config)
@@ -168,7 +169,6 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
         prompt_boundaries=boundaries)
     active = [i for i in all_rows if use_kl or bool(adv[i].abs().sum() > 0)]
     loss_fn = PolicyLossRegistry.get(config.policy_loss_type)
-    total_tokens = batch.loss_mask.sum().clamp(min=1)
     metrics["active_rows"] = float(len(active))
     for _ in range(max(1, algo.epochs)):
         sums = {"loss": 0.0, "dev": 0.0, "dev_sq": 0.0, "kl": 0.0, "entropy": 0.0, "clip": 0.0, "tokens": 0.0}
