@@ -5,7 +5,8 @@
 #   rollout  bench/rollout_throughput.py: embedded engine vs naive per-episode generate (tokens/s);
 #   step     bench/train_step.py: one GRPO step, embedded vs TRL's GRPOTrainer (when TRL is importable);
 #   train    a short `mcprl train -c configs/gpu.yaml` run (SFT + GRPO + eval): the real trainer's step
-#            time and rollout tokens/s, from the run's metrics.jsonl.
+#            time and rollout tokens/s, from the run's metrics.jsonl;
+#   train-kl the same run with a KL loss to the warm start (its reference on the GPU), into OUT_DIR/kl.
 #
 #   bench/gpu_check.sh OUT_DIR [PART ...]      (parts default to: tests rollout step train)
 #
@@ -14,7 +15,7 @@
 # transformers in a separate path (TRL 1.16 needs a newer transformers than SkyRL 0.3.0 allows).
 # Both installs and the model are kept in /tmp for the next call on the same machine.
 set -uo pipefail
-out=${1:?usage: bench/gpu_check.sh OUT_DIR [tests] [rollout] [step] [train]}
+out=${1:?usage: bench/gpu_check.sh OUT_DIR [tests] [rollout] [step] [train] [train-kl]}
 shift
 parts=${*:-tests rollout step train}
 mkdir -p "$out"
@@ -43,6 +44,18 @@ $py -c "import torch, transformers, peft; print('torch', torch.__version__, 'tra
 'peft', peft.__version__)" | tee -a "$out/gpu.txt"
 [ -f $model/config.json ] || $py bench/random_model.py --out $model --tokenizer "${TOKENIZER:-.gpu/tokenizer}" || exit 1
 
+train() {  # train OUT [OVERRIDE...]: a short configs/gpu.yaml run, its metrics copied to OUT
+  local dir=$1; shift
+  mkdir -p "$dir"
+  rm -rf /tmp/gpu-run
+  timeout 200 $py -m mcprl.cli train -c configs/gpu.yaml -o model.name=$model -o run.output_dir=/tmp/gpu-run \
+    -o data.train=/tmp/gpu_train.jsonl -o data.eval=/tmp/gpu_test.jsonl -o data.generate.n_train=64 \
+    -o data.generate.n_eval=8 -o sft.max_steps=4 -o algo.steps=2 -o algo.save_every=0 \
+    -o algo.dynamic_sampling.type=null -o eval.before=false -o eval.after_sft=false -o eval.max_tasks=4 \
+    -o logging.wandb.enabled=false "$@" 2>&1 | tee "$dir/train_gpu_yaml.txt"
+  cp /tmp/gpu-run/metrics.jsonl /tmp/gpu-run/summary.json "$dir/"
+}
+
 for part in $parts; do
   case $part in
   tests)  # the default model's GGUF cannot travel here: a random model of its shape stands in
@@ -56,14 +69,8 @@ for part in $parts; do
   step)
     timeout 240 $py bench/train_step.py --model $model --device cuda --prompts 16 --group 8 --new-tokens 256 \
       --micro-batch 16 --steps 3 --trl-python $trl_python --out /tmp/bench_trl 2>&1 | tee "$out/train_step.txt" ;;
-  train)
-    rm -rf /tmp/gpu-run
-    timeout 200 $py -m mcprl.cli train -c configs/gpu.yaml -o model.name=$model -o run.output_dir=/tmp/gpu-run \
-      -o data.train=/tmp/gpu_train.jsonl -o data.eval=/tmp/gpu_test.jsonl -o data.generate.n_train=64 \
-      -o data.generate.n_eval=8 -o sft.max_steps=4 -o algo.steps=2 -o algo.save_every=0 \
-      -o algo.dynamic_sampling.type=null -o eval.before=false -o eval.after_sft=false -o eval.max_tasks=4 \
-      -o logging.wandb.enabled=false 2>&1 | tee "$out/train_gpu_yaml.txt"
-    cp /tmp/gpu-run/metrics.jsonl /tmp/gpu-run/summary.json "$out/" ;;
-  *) echo "unknown part: $part (tests, rollout, step, train)"; exit 2 ;;
+  train) train "$out" ;;
+  train-kl) train "$out/kl" -o algo.kl_coef=0.1 -o algo.use_kl_loss=true ;;
+  *) echo "unknown part: $part (tests, rollout, step, train, train-kl)"; exit 2 ;;
   esac
 done

@@ -15,11 +15,14 @@ import torch
 
 from mcprl.training import grpo, trainer
 from mcprl.training.config import AlgoConfig
+from mcprl.training.checkpoint import STATE_FILE, TrainState
 from mcprl.training.inference import generate_batch
 from mcprl.training.model import DEFAULT_MODEL, load_model
+from mcprl.training.reference import kl_reference
 from mcprl.training.sft import sft_step
 
 from .test_grpo import _batch
+from .test_reference import KL, _lora, _update
 from .test_inference import QUESTIONS, chat, teacher_forced_logprobs
 from .test_sft import _demo
 from .test_trainer_smoke import config, rows
@@ -65,6 +68,35 @@ def test_grpo_update_on_cuda_matches_the_cpu():
     torch.testing.assert_close(got_step, want_step, atol=1e-4, rtol=1e-3)
 
 
+def test_kl_reference_on_cuda_is_the_warm_start_on_the_policys_device(tmp_path):
+    """A trained adapter's merged copy, and a resume's copy loaded from the warm start, stay on the GPU and
+    give the warm start's logprobs (a CPU-side reference would fail the first KL pass)."""
+    model = _lora(tiny_llama()).cuda()
+    _update(model, None)  # the adapter is trained now, as after a LoRA warm start
+    ref = kl_reference(model, KL.kl_coef, TrainState(phase="grpo"), "unused")
+    assert {p.device.type for p in ref.parameters()} == {"cuda"}
+    batch = _batch(model, [1.0, 0.0, 0.0, 1.0])
+    rows = list(range(batch.size))
+    mine = grpo.current_logprobs(model, batch, rows, 0, temperature=1.0, bf16=False, micro_batch_size=4)
+    theirs = grpo.reference_logprobs(model, batch, rows, 0, temperature=1.0, bf16=False, ref_model=ref,
+                                     micro_batch_size=4)
+    torch.testing.assert_close(theirs, mine, atol=1e-5, rtol=0)
+    assert _update(model, ref)["ref_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert _update(model, ref)["ref_kl"] > 1e-6
+
+    start = tmp_path / "step_grpo_0"
+    full = tiny_llama()
+    full.save_pretrained(start / "model")
+    (start / STATE_FILE).write_text("{}")
+    trained = copy.deepcopy(full).cuda()
+    _update(trained, copy.deepcopy(trained).eval())
+    ref = kl_reference(trained, KL.kl_coef, TrainState(phase="grpo", sft_step=4, grpo_step=1, warm_start=str(start)),
+                       "unused")
+    assert {p.device.type for p in ref.parameters()} == {"cuda"}
+    torch.testing.assert_close(torch.cat([p.flatten().cpu() for p in ref.parameters()]),
+                               torch.cat([p.detach().flatten() for p in full.parameters()]))
+
+
 def test_engine_logprobs_on_cuda_are_the_trainers():
     model, tokenizer = load_model(MODEL, dtype="float32", device="cuda")
     prompts = [chat(tokenizer, q) for q in QUESTIONS]
@@ -75,13 +107,17 @@ def test_engine_logprobs_on_cuda_are_the_trainers():
         assert max(abs(a - b) for a, b in zip(out.logprobs, want.tolist())) < 1e-3
 
 
-def test_gpu_config_shape_trains_on_cuda(tmp_path):
-    """configs/gpu.yaml's choices on the default model: LoRA, gradient checkpointing, bf16."""
+@pytest.mark.parametrize("kl", [[], ["algo.kl_coef=0.1", "algo.use_kl_loss=true"]], ids=["no-kl", "kl"])
+def test_gpu_config_shape_trains_on_cuda(tmp_path, kl):
+    """configs/gpu.yaml's choices on the default model: LoRA, gradient checkpointing, bf16; with a KL to the
+    warm start, whose reference (the SFT adapter merged) must live on the GPU beside the policy."""
     cfg = config(tmp_path, "gpu", f"model.name={MODEL}", "model.device=cuda", "model.dtype=bfloat16",
-                 "finetune.mode=lora", "finetune.gradient_checkpointing=true", "eval.before=false")
+                 "finetune.mode=lora", "finetune.gradient_checkpointing=true", "eval.before=false", *kl)
     summary = trainer.train(cfg)
     metrics = rows(tmp_path / "gpu")
     assert all(math.isfinite(r["sft_loss"]) for r in metrics if r["phase"] == "sft")
     assert all(math.isfinite(r["policy_loss"]) and r["rollout_tok_s"] > 0 for r in metrics if r["phase"] == "grpo")
     assert (tmp_path / "gpu" / "checkpoints" / "latest").read_text() == "step_done"
     assert {"eval_sft", "eval_grpo"} <= set(summary)
+    if kl:
+        assert all(math.isfinite(r["ref_kl"]) for r in metrics if r["phase"] == "grpo")

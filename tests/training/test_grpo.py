@@ -28,7 +28,7 @@ def _batch(model: LlamaForCausalLM, rewards: list[float]) -> grpo.GRPOBatch:
     ids, attention, select = grpo._micro_tensors(batch, rows, pad_id=0)
     with torch.no_grad():
         own = selected_token_logprobs(model, ids, attention, select).logprobs
-    batch.old_logprobs = grpo._scatter(own, batch.loss_mask)
+    batch.old_logprobs = grpo._scatter(own.cpu(), batch.loss_mask)  # the batch lives on the CPU, as the trainer's
     return batch
 
 

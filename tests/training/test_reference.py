@@ -44,6 +44,22 @@ def test_a_full_fine_tune_keeps_a_frozen_copy_the_updates_leave_behind():
     assert _update(model, ref)["ref_kl"] > 1e-6  # sampled by the updated policy, measured against the start
 
 
+def test_the_reference_pass_is_micro_batched_like_the_policys():
+    """All of a step's rows in one reference forward would hold every row's activations at once (a GPU step
+    of 128 long episodes); it takes algo.micro_batch_size rows at a time."""
+    model = tiny_llama()
+    ref = kl_reference(model, KL.kl_coef, TrainState(phase="grpo"), "unused")
+    seen = []
+    ref.model.register_forward_hook(lambda _m, _args, kwargs, _out: seen.append(kwargs["input_ids"].shape[0]),
+                                    with_kwargs=True)
+    algo = AlgoConfig(kl_coef=0.5, use_kl_loss=True, micro_batch_size=2)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    grpo.update(model, _batch(model, [1.0, 0.0, 0.0, 1.0]), grpo.skyrl_algorithm_config(algo, 1.0), algo, opt,
+                torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0), pad_id=0, temperature=1.0, bf16=False,
+                ref_model=ref)
+    assert seen == [2, 2]
+
+
 def test_kl_off_keeps_no_reference_and_logs_no_ref_kl():
     model = tiny_llama()
     assert kl_reference(model, 0.0, TrainState(phase="grpo"), "unused") is None
@@ -66,8 +82,10 @@ def test_an_untrained_adapter_disables_itself_and_a_trained_one_is_merged_into_a
     batch = _batch(model, [1.0, 0.0, 0.0, 1.0])
     rows = list(range(batch.size))
     mine = grpo.current_logprobs(model, batch, rows, 0, temperature=1.0, bf16=False, micro_batch_size=4)
-    theirs = grpo.reference_logprobs(model, batch, rows, 0, temperature=1.0, bf16=False, ref_model=ref)
-    base = grpo.reference_logprobs(model, batch, rows, 0, temperature=1.0, bf16=False, ref_model=None)
+    theirs = grpo.reference_logprobs(model, batch, rows, 0, temperature=1.0, bf16=False, ref_model=ref,
+                                     micro_batch_size=4)
+    base = grpo.reference_logprobs(model, batch, rows, 0, temperature=1.0, bf16=False, ref_model=None,
+                                   micro_batch_size=4)
     torch.testing.assert_close(theirs, mine, atol=1e-5, rtol=0)
     assert (base - mine).abs().max() > 1e-4
 

@@ -124,12 +124,13 @@ def current_logprobs(model: PreTrainedModel, batch: GRPOBatch, rows: list[int], 
 
 
 def reference_logprobs(model: PreTrainedModel, batch: GRPOBatch, rows: list[int], pad_id: int, *,
-                       temperature: float, bf16: bool, ref_model: PreTrainedModel | None) -> torch.Tensor:
+                       temperature: float, bf16: bool, ref_model: PreTrainedModel | None,
+                       micro_batch_size: int) -> torch.Tensor:
     """Logprobs under the reference policy: the base model with the LoRA adapter off, or a frozen copy."""
     disable = model.disable_adapter() if ref_model is None else contextlib.nullcontext()
     with disable:
         return current_logprobs(ref_model or model, batch, rows, pad_id, temperature=temperature, bf16=bf16,
-                                micro_batch_size=len(rows))
+                                micro_batch_size=micro_batch_size)
 
 
 def fill_unknown_behaviour(model: PreTrainedModel, batch: GRPOBatch, pad_id: int, *, temperature: float, bf16: bool,
@@ -154,7 +155,7 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
     demos = fill_unknown_behaviour(model, batch, pad_id, temperature=temperature, bf16=bf16,
                                    micro_batch_size=algo.micro_batch_size)
     ref = reference_logprobs(model, batch, all_rows, pad_id, temperature=temperature, bf16=bf16,
-                             ref_model=ref_model) if use_kl else None
+                             ref_model=ref_model, micro_batch_size=algo.micro_batch_size) if use_kl else None
     total_tokens = batch.loss_mask.sum().clamp(min=1)
     metrics: dict[str, float] = {"rows": float(batch.size), "demo_rows": float(len(demos))}
     if use_kl:
