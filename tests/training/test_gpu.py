@@ -14,16 +14,16 @@ import pytest
 import torch
 
 from mcprl.training import grpo, trainer
-from mcprl.training.config import AlgoConfig
 from mcprl.training.checkpoint import STATE_FILE, TrainState
+from mcprl.training.config import AlgoConfig
 from mcprl.training.inference import generate_batch
 from mcprl.training.model import DEFAULT_MODEL, load_model
 from mcprl.training.reference import kl_reference
 from mcprl.training.sft import sft_step
 
 from .test_grpo import _batch
-from .test_reference import KL, _lora, _update
 from .test_inference import QUESTIONS, chat, teacher_forced_logprobs
+from .test_reference import KL, _lora, _update
 from .test_sft import _demo
 from .test_trainer_smoke import config, rows
 from .tiny_model import tiny_llama
