@@ -1,6 +1,7 @@
 """The trainer's datasets: generated when missing, again when `data.generate` changes, never over the user's."""
 
 import json
+import shutil
 
 import pytest
 
@@ -12,6 +13,21 @@ def _config(tmp_path, *extra):
     return load_train_config("configs/quickstart.yaml", [
         "data.generate.n_train=6", "data.generate.n_eval=1", f"data.train={tmp_path / 'train.jsonl'}",
         f"data.eval={tmp_path / 'test.jsonl'}", *extra])
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """One generation for the tests that start from generated files: each takes ~20 s of server start-ups."""
+    out = tmp_path_factory.mktemp("generated")
+    prepare_data(_config(out))
+    return out
+
+
+def _copy(generated, tmp_path):
+    """The generated files in `tmp_path`, as if `prepare_data` had written them there (the stamp holds only
+    the settings, no path)."""
+    for f in generated.iterdir():
+        shutil.copy2(f, tmp_path / f.name)
 
 
 def _slips(experts_path):
@@ -31,8 +47,8 @@ def test_generated_once_then_again_only_when_the_generation_settings_change(tmp_
     assert _slips(experts) >= 3  # with demos of recovery
 
 
-def test_files_without_a_stamp_are_the_users_and_stay(tmp_path):
-    prepare_data(_config(tmp_path))
+def test_files_without_a_stamp_are_the_users_and_stay(tmp_path, generated):
+    _copy(generated, tmp_path)
     (tmp_path / "train.generate.json").unlink()
     experts = tmp_path / "train.experts.jsonl"
     mine = experts.read_text()
@@ -40,14 +56,14 @@ def test_files_without_a_stamp_are_the_users_and_stay(tmp_path):
     assert experts.read_text() == mine
 
 
-def test_files_generated_with_other_settings_and_a_method_that_needs_inputs_say_so(tmp_path):
-    prepare_data(_config(tmp_path))
+def test_files_generated_with_other_settings_and_a_method_that_needs_inputs_say_so(tmp_path, generated):
+    _copy(generated, tmp_path)
     with pytest.raises(ValueError, match="generated with other data.generate settings.*method=llm needs inputs"):
         prepare_data(_config(tmp_path, "data.generate.method=llm"))
 
 
-def test_expert_guidance_needs_the_demos_even_without_sft(tmp_path):
-    prepare_data(_config(tmp_path))
+def test_expert_guidance_needs_the_demos_even_without_sft(tmp_path, generated):
+    _copy(generated, tmp_path)
     experts = tmp_path / "train.experts.jsonl"
     experts.unlink()
     prepare_data(_config(tmp_path, "sft.enabled=false"))
