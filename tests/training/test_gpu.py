@@ -23,7 +23,7 @@ from mcprl.training.sft import sft_step
 
 from .test_grpo import _batch
 from .test_inference import QUESTIONS, chat, teacher_forced_logprobs
-from .test_reference import KL, _lora, _update
+from .test_reference import KL, _lora, _params, _update
 from .test_sft import _demo
 from .test_trainer_smoke import config, rows
 from .tiny_model import tiny_llama
@@ -93,8 +93,7 @@ def test_kl_reference_on_cuda_is_the_warm_start_on_the_policys_device(tmp_path):
     ref = kl_reference(trained, KL.kl_coef, TrainState(phase="grpo", sft_step=4, grpo_step=1, warm_start=str(start)),
                        "unused")
     assert {p.device.type for p in ref.parameters()} == {"cuda"}
-    torch.testing.assert_close(torch.cat([p.flatten().cpu() for p in ref.parameters()]),
-                               torch.cat([p.detach().flatten() for p in full.parameters()]))
+    torch.testing.assert_close(_params(ref).cpu(), _params(full))
 
 
 def test_engine_logprobs_on_cuda_are_the_trainers():

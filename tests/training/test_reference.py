@@ -18,10 +18,10 @@ from .tiny_model import tiny_llama
 KL = AlgoConfig(kl_coef=0.5, use_kl_loss=True)
 
 
-def _update(model, ref, rewards=(1.0, 0.0, 0.0, 1.0)):
+def _update(model, ref, rewards=(1.0, 0.0, 0.0, 1.0), algo=KL):
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
-    return grpo.update(model, _batch(model, list(rewards)), grpo.skyrl_algorithm_config(KL, 1.0), KL, opt, sched,
+    return grpo.update(model, _batch(model, list(rewards)), grpo.skyrl_algorithm_config(algo, 1.0), algo, opt, sched,
                        pad_id=0, temperature=1.0, bf16=False, ref_model=ref)
 
 
@@ -52,23 +52,14 @@ def test_the_reference_pass_is_micro_batched_like_the_policys():
     seen = []
     ref.model.register_forward_hook(lambda _m, _args, kwargs, _out: seen.append(kwargs["input_ids"].shape[0]),
                                     with_kwargs=True)
-    algo = AlgoConfig(kl_coef=0.5, use_kl_loss=True, micro_batch_size=2)
-    opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    grpo.update(model, _batch(model, [1.0, 0.0, 0.0, 1.0]), grpo.skyrl_algorithm_config(algo, 1.0), algo, opt,
-                torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0), pad_id=0, temperature=1.0, bf16=False,
-                ref_model=ref)
+    _update(model, ref, algo=AlgoConfig(kl_coef=0.5, use_kl_loss=True, micro_batch_size=2))
     assert seen == [2, 2]
 
 
 def test_kl_off_keeps_no_reference_and_logs_no_ref_kl():
     model = tiny_llama()
     assert kl_reference(model, 0.0, TrainState(phase="grpo"), "unused") is None
-    algo = AlgoConfig()
-    opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    metrics = grpo.update(model, _batch(model, [1.0, 0.0, 0.0, 1.0]), grpo.skyrl_algorithm_config(algo, 1.0), algo,
-                          opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0), pad_id=0, temperature=1.0,
-                          bf16=False)
-    assert "ref_kl" not in metrics
+    assert "ref_kl" not in _update(model, None, algo=AlgoConfig())
 
 
 def test_an_untrained_adapter_disables_itself_and_a_trained_one_is_merged_into_a_copy():
