@@ -450,3 +450,14 @@ def generate(n: int, seed: int, *, style: str = "hermes", heldout: bool = False,
     """`n` verified tasks (and their expert trajectories) from the rule templates; `recovery` of the
     demos first make a slip and recover from it."""
     return asyncio.run(generate_async(n, seed, style=style, heldout=heldout, progress=progress, recovery=recovery))
+
+
+def generate_splits(n_train: int, n_heldout: int, seed: int, *, recovery: float = 0.0) -> tuple[RuleOutput, RuleOutput]:
+    """Training and held-out tasks at once: each split keeps its own servers (a post in one must not show in
+    the other's searches, so each matches a generation on its own), and their start-ups overlap."""
+    async def both() -> list[RuleOutput]:
+        return await asyncio.gather(generate_async(n_train, seed, progress=False, recovery=recovery),
+                                    generate_async(n_heldout, seed, heldout=True, progress=False))
+
+    train, heldout = asyncio.run(both())
+    return train, heldout

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import MofNCompleteColumn, Progress, TaskID
 from skyrl.train.utils.trainer_utils import handle_dynamic_sampling
 
-from mcprl.data.rules import generate
+from mcprl.data.rules import generate_splits
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
 from mcprl.envs.mcp_env import MCPToolEnv
 from mcprl.eval.metrics import CI_KEY
@@ -71,8 +71,7 @@ def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample]
         if stale and not missing:
             console.print(f"data.generate changed since {train_path} was generated: generating it again")
         with console.status(f"generating {g.n_train} training and {g.n_eval} held-out tasks"):
-            train = generate(g.n_train, g.seed, progress=False, recovery=g.recovery)
-            held = generate(g.n_eval, g.seed, heldout=True, progress=False)
+            train, held = generate_splits(g.n_train, g.n_eval, g.seed, recovery=g.recovery)
         write_samples(train.samples, train_path)
         write_samples(held.samples, eval_path)
         experts_path.parent.mkdir(parents=True, exist_ok=True)
