@@ -12,6 +12,8 @@ from mcprl.training import trainer
 from mcprl.training.callbacks import Callback, CallbackList
 from mcprl.training.config import load_train_config
 
+# One rollout batch a GRPO step: four SFT steps leave groups that mostly tie, and the filter's two extra
+# batches were half this test's time (the filter's loop: test_dynamic_sampling.py; the update: test_grpo.py).
 SMOKE = ["data.generate.n_train=8", "data.generate.n_eval=1", "sft.max_steps=4", "sft.batch_size=2",
          "sft.save_every=2", "sft.warmup_steps=1", "sft.max_seconds=null", "sft.max_seq_len=512", "algo.steps=2",
          "algo.prompts_per_step=2", "algo.group_size=2", "algo.micro_batch_size=4", "algo.save_every=1",
@@ -40,8 +42,6 @@ class CrashAt(Callback):
             raise KeyboardInterrupt(f"simulated crash at {self.phase} step {step}")
 
 
-# One rollout batch a GRPO step: four SFT steps leave groups that mostly tie, and the filter's two extra
-# batches were half this test's time (the filter's loop: test_dynamic_sampling.py; the update: test_grpo.py).
 # The default (full fine-tune) in `make test`; LoRA (adapter checkpoints, merged generation copy) in test-all.
 @pytest.mark.parametrize("mode", ["full", pytest.param("lora", marks=pytest.mark.slow)])
 def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch, mode):
