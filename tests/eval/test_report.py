@@ -10,9 +10,10 @@ import pytest
 from rich.console import Console
 
 from mcprl.eval.errors import RunDirError
-from mcprl.eval.plots import CHARTS
+from mcprl.eval.plots import CHARTS, reward_success
 from mcprl.eval.report import build_report
 from mcprl.eval.results import write_eval_outputs
+from mcprl.eval.run import load_run
 from tests.eval.scripted import metrics_rows, mixed, never_tools, rollout
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -102,3 +103,22 @@ def test_nothing_to_report_is_a_clear_error(tmp_path: Path, make: str):
         run.mkdir()
     with pytest.raises(RunDirError, match="run"):
         build_report(run, console=quiet())
+
+
+def test_guard_probes_join_the_success_chart(tmp_path: Path):
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"phase": "grpo", "step": s, "reward_mean": 0.5, "success_rate": 0.5} for s in range(1, 5)]
+    rows[1] |= {"guard_success": 0.7, "guard_restored": 0.0}
+    rows[3] |= {"guard_success": 0.4, "guard_restored": 1.0}
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ax = reward_success(load_run(run)).axes[1]
+    probe, = [line for line in ax.lines if line.get_label() == "guard probe (greedy)"]
+    assert list(probe.get_xdata()) == [2, 4] and list(probe.get_ydata()) == [0.7, 0.4]
+    restored, = ax.collections
+    assert restored.get_offsets().tolist() == [[4.0, 0.4]]
+    (run / "metrics.jsonl").write_text("".join(json.dumps({k: r[k] for k in ("phase", "step", "reward_mean",
+                                                                         "success_rate")}) + "\n" for r in rows))
+    plain = reward_success(load_run(run)).axes[1]
+    assert [line.get_label() for line in plain.lines if line.get_label() == "guard probe (greedy)"] == []
+    assert not plain.collections

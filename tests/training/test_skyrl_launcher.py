@@ -130,6 +130,7 @@ class CharTokenizer:
     (["sft.enabled=true"], "sft.enabled=true: SkyRL's trainer runs GRPO only"),
     (["rollout.backend=hf"], "SkyRL's trainer generates with vLLM only"),
     (["algo.probe.per_family=2"], "algo.probe.per_family=2: the probe runs in the embedded trainer only"),
+    (["algo.guard.every=2"], "algo.guard.every=2: the guard's probes run in the embedded trainer only"),
     (["algo.expert_guidance=true"], "algo.expert_guidance=true: demos join failed groups in the embedded trainer only"),
     (["finetune.top_layers=10"], "finetune.top_layers=10 with mode full: SkyRL's trainer fine-tunes every weight"),
     (["algo.prompts_per_step=500"], "data.train has 300 tasks, fewer than algo.prompts_per_step=500"),

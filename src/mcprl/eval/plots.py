@@ -28,7 +28,20 @@ def reward_success(run: RunData) -> Figure | str:
     ax_r, ax_s = fig.subplots(1, 2)
     _curve(ax_r, df, "reward_mean", "reward (mean over batch)", band="reward_std")
     _curve(ax_s, df, "success_rate", "success rate", ylim=(0, 1))
+    if _has(df, "guard_success"):
+        _guard_probes(ax_s, df)
     return fig
+
+
+def _guard_probes(ax: Axes, df: pd.DataFrame) -> None:
+    """algo.guard's greedy probes beside the sampled success: a collapse shows in these first."""
+    probes = df[["step", "guard_success", "guard_restored"]].dropna(subset=["guard_success"])
+    ax.plot(probes["step"], probes["guard_success"], marker="s", ms=4, lw=1.2, color="tab:green",
+            label="guard probe (greedy)")
+    restored = probes[probes["guard_restored"] > 0]
+    ax.scatter(restored["step"], restored["guard_success"], marker="x", s=60, color="tab:red", zorder=3,
+               label="best weights restored")
+    ax.legend(loc="best", fontsize="small")
 
 
 def ppo_health(run: RunData) -> Figure | str:

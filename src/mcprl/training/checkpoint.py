@@ -34,6 +34,7 @@ class TrainState:
     evals: dict[str, Any] = field(default_factory=dict)  # name -> overall metrics
     probe: dict[str, float] | None = None  # family -> the warm start's greedy pass rate (algo.probe), once probed
     warm_start: str | None = None  # the checkpoint GRPO began from (None: the base model), the KL reference
+    guard: dict[str, Any] | None = None  # algo.guard: best, best_step, checkpoint (never pruned), probes
 
     @property
     def tag(self) -> str:
@@ -64,9 +65,8 @@ def set_rng_state(state: dict[str, Any], extra: dict[str, torch.Generator] | Non
 def save_checkpoint(run_dir: Path, state: TrainState, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                     optimizer: torch.optim.Optimizer | None, scheduler: Any, generators: dict[str, torch.Generator],
                     keep: int = 2, averaged: WeightAverage | None = None) -> Path:
-    root = Path(run_dir) / "checkpoints"
-    path = root / f"step_{state.tag}"
-    tmp = root / f".tmp_{state.tag}"
+    path = checkpoint_dir(run_dir, state)
+    root, tmp = path.parent, path.parent / f".tmp_{state.tag}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp / "model")  # a PEFT model writes only its adapter
@@ -79,11 +79,16 @@ def save_checkpoint(run_dir: Path, state: TrainState, model: PreTrainedModel, to
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
     (root / "latest").write_text(path.name)
-    older = sorted((p for p in root.glob("step_*") if p not in (path, root / WARM_START)),
+    kept = {path, root / WARM_START} | ({Path(state.guard["checkpoint"])} if state.guard else set())
+    older = sorted((p for p in root.glob("step_*") if p not in kept),
                    key=lambda p: p.stat().st_mtime)
     for old in older[:max(0, len(older) - (keep - 1))]:
         shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def checkpoint_dir(run_dir: Path, state: TrainState) -> Path:
+    return Path(run_dir) / "checkpoints" / f"step_{state.tag}"
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -119,12 +124,22 @@ def load_weights(path: Path, model: PreTrainedModel) -> None:
             raise ValueError(f"checkpoint {path} lacks weights: {missing[:5]}")
 
 
-def load_checkpoint(path: Path, model: PreTrainedModel, optimizer: torch.optim.Optimizer | None, scheduler: Any,
-                    generators: dict[str, torch.Generator], averaged: WeightAverage | None = None) -> TrainState:
+def restore_policy(path: Path, model: PreTrainedModel, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+    """Weights and optimizer from a checkpoint (one saved without an optimizer state empties the optimizer's);
+    returns the rest of its training state."""
     load_weights(path, model)
     extra = torch.load(Path(path) / "training.pt", weights_only=False)
-    if optimizer is not None and extra["optimizer"] is not None:
-        optimizer.load_state_dict(extra["optimizer"])
+    if optimizer is not None:
+        if extra["optimizer"] is not None:
+            optimizer.load_state_dict(extra["optimizer"])
+        else:
+            optimizer.state.clear()
+    return extra
+
+
+def load_checkpoint(path: Path, model: PreTrainedModel, optimizer: torch.optim.Optimizer | None, scheduler: Any,
+                    generators: dict[str, torch.Generator], averaged: WeightAverage | None = None) -> TrainState:
+    extra = restore_policy(path, model, optimizer)
     if scheduler is not None and extra["scheduler"] is not None:
         scheduler.load_state_dict(extra["scheduler"])
     if averaged is not None and extra.get("averaged") is not None:

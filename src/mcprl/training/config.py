@@ -166,6 +166,20 @@ class ProbeConfig:
 
 
 @dataclass
+class GuardConfig:
+    """Keep the best greedy-probed weights: every `every` GRPO steps (and after the last) the policy answers
+    `per_family` seeded training tasks of each family greedily; a probe below the best so far by more than
+    `tolerance` puts the best probe's weights and optimizer back, and the run ends on the best probe's weights.
+    Embedded trainer (--engine skyrl refuses it)."""
+
+    every: int = opt(0, "GRPO steps between greedy probes (0: off).")
+    per_family: int = opt(1, "Seeded training tasks per task family in each probe (the same tasks every probe).")
+    tolerance: float = opt(
+        0.0, "How far (success rate) a probe may fall below the best before the best weights come back; the last "
+             "step's probe uses 0.")
+
+
+@dataclass
 class AlgoConfig:
     name: Literal["grpo"] = opt("grpo", "The algorithm family; advantage_estimator and policy_loss pick the variant.")
     advantage_estimator: str = opt("grpo", "A SkyRL advantage estimator (grpo, rloo, reinforce++, maxrl, ...).")
@@ -180,6 +194,8 @@ class AlgoConfig:
                       "shuffles.")
     probe: ProbeConfig = opt(ProbeConfig(), "Which task families GRPO draws prompts from, by the warm start's "
                                             "greedy pass rate on training tasks.")
+    guard: GuardConfig = opt(GuardConfig(), "Greedy probes between GRPO steps that put the best weights back "
+                                            "when success falls.")
     expert_guidance: bool = opt(
         False, "Replace one rollout of each group whose rollouts all failed by the task's expert demo (data.experts, "
                "replayed through the env), LUFFY-style: its tokens train at ratio 1 with the group's advantage. "
@@ -610,6 +626,9 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
         (a.probe.per_family >= 0, f"algo.probe.per_family must be >= 0 (0: off), got {a.probe.per_family}"),
         (0 < a.probe.keep_below <= 1, f"algo.probe.keep_below must be in (0, 1], got {a.probe.keep_below}"),
         (0 < a.probe.share <= 1, f"algo.probe.share must be in (0, 1], got {a.probe.share}"),
+        (a.guard.every >= 0, f"algo.guard.every must be >= 0 (0: off), got {a.guard.every}"),
+        (a.guard.per_family >= 1, f"algo.guard.per_family must be >= 1, got {a.guard.per_family}"),
+        (0 <= a.guard.tolerance < 1, f"algo.guard.tolerance must be in [0, 1), got {a.guard.tolerance}"),
         (a.epochs >= 1, f"algo.epochs must be >= 1, got {a.epochs}"),
         (a.micro_batch_size >= 1, f"algo.micro_batch_size must be >= 1, got {a.micro_batch_size}"),
         (a.lr > 0, f"algo.lr must be positive, got {a.lr}"),
@@ -808,6 +827,8 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
     probe = (f", families the warm start fails: {a.probe.per_family} probe(s) each, kept below "
              f"{a.probe.keep_below:g}{mixed}" if a.probe.per_family else "")
     guidance = ", expert demos in failed groups" if a.expert_guidance else ""
+    guard = (f", best of greedy probes every {a.guard.every} steps ({a.guard.per_family}/family)"
+             if a.guard.every else "")
     ds = a.dynamic_sampling
     sampling = f"dynamic sampling {ds.type} (<= {ds.max_sample_batches} batches/step)" if ds.type else "no dynamic sampling"
     wandb = _wandb_line(cfg.logging.wandb)
@@ -821,7 +842,7 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
         f"algorithm:  {a.name}: advantage {a.advantage_estimator}, loss {a.policy_loss} ({a.loss_reduction}), "
         f"group {a.group_size} x {a.prompts_per_step} prompts ({a.prompt_order}{probe}), {a.steps} steps, "
         f"lr {a.lr} ({a.lr_scheduler}), "
-        f"clip [{a.eps_clip_low}, {a.eps_clip_high}], kl {kl}, {sampling}{guidance}",
+        f"clip [{a.eps_clip_low}, {a.eps_clip_high}], kl {kl}, {sampling}{guidance}{guard}",
         f"sft:        {sft}",
         f"reward:     {cfg.reward.backend}",
         f"data:       train {_exists(Path(cfg.data.train))}, eval {_exists(Path(cfg.data.eval))}"

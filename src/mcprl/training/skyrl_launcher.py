@@ -150,6 +150,10 @@ def _check_supported(cfg: TrainConfig) -> None:
     if cfg.algo.probe.per_family:
         raise ConfigError(f"algo.probe.per_family={cfg.algo.probe.per_family}: the probe runs in the embedded trainer "
                           "only; set it to 0, or pass SkyRL a data.train that holds the families to train on")
+    if cfg.algo.guard.every:
+        raise ConfigError(f"algo.guard.every={cfg.algo.guard.every}: the guard's probes run in the embedded trainer "
+                          "only; set it to 0 for SkyRL's trainer (its ckpt_interval and eval_interval keep checkpoints "
+                          "to choose from)")
     if cfg.algo.expert_guidance:
         raise ConfigError("algo.expert_guidance=true: demos join failed groups in the embedded trainer only; set it "
                           "to false for SkyRL's trainer")

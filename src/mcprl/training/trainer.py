@@ -32,6 +32,7 @@ from mcprl.training import grpo
 from mcprl.training.callbacks import CallbackList, build_callbacks
 from mcprl.training.checkpoint import (
     TrainState,
+    checkpoint_dir,
     latest_checkpoint,
     load_checkpoint,
     read_state,
@@ -39,6 +40,7 @@ from mcprl.training.checkpoint import (
 )
 from mcprl.training.config import AlgoConfig, LRSchedule, PromptOrder, TrainConfig
 from mcprl.training.devices import release_memory, rss_gb
+from mcprl.training.guard import Guard
 from mcprl.training.guidance import add_expert_demos, demo_turns
 from mcprl.training.policy import Policy, build_policy
 from mcprl.training.reference import kl_reference
@@ -268,28 +270,58 @@ def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSa
             return output, uids, results
 
 
+def tasks_per_family(tasks: list[SkyRLSample], k: int, rng: random.Random) -> list[SkyRLSample]:
+    families: dict[str, list[SkyRLSample]] = {}
+    for task in tasks:
+        families.setdefault(task_family(task), []).append(task)
+    return [t for name in sorted(families) for t in rng.sample(families[name], min(k, len(families[name])))]
+
+
+def greedy_successes(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: Path,
+                     name: str) -> list[bool]:
+    """One greedy episode per task; the episodes go to rollouts/<name>.jsonl."""
+    with episode_progress(name, len(tasks), console) as on_episode:
+        result = policy.rollouts.run(tasks, 1, policy.rollouts.sampling(0.0), on_episode)
+    if cfg.logging.rollouts:
+        write_rollouts(run_dir / "rollouts" / f"{name}.jsonl", [result])
+    return [bool(r["success"]) for r in result.trajectories]
+
+
 def probe_families(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: Path) -> dict[str, float]:
     """The warm start's greedy pass rate per task family, on `algo.probe.per_family` seeded training tasks each.
 
     A family the warm start always solves gives GRPO groups without reward variance, which dynamic sampling
     then throws away; a family it fails is where the rollouts can teach something.
     """
-    families: dict[str, list[SkyRLSample]] = {}
-    for task in tasks:
-        families.setdefault(task_family(task), []).append(task)
-    rng, k = random.Random(f"{cfg.run.seed}:probe"), cfg.algo.probe.per_family
-    chosen = [t for name in sorted(families) for t in rng.sample(families[name], min(k, len(families[name])))]
+    k = cfg.algo.probe.per_family
+    chosen = tasks_per_family(tasks, k, random.Random(f"{cfg.run.seed}:probe"))
     t0 = time.perf_counter()
-    with episode_progress("probe", len(chosen), console) as on_episode:
-        result = policy.rollouts.run(chosen, 1, policy.rollouts.sampling(0.0), on_episode)
-    console.print(f"probe: the warm start solved {sum(r['success'] for r in result.trajectories)} of {len(chosen)} "
+    successes = greedy_successes(policy, cfg, chosen, run_dir, "grpo_probe")
+    console.print(f"probe: the warm start solved {sum(successes)} of {len(chosen)} "
                   f"training tasks, {k} per family, greedy ({time.perf_counter() - t0:.0f} s)")
-    if cfg.logging.rollouts:
-        write_rollouts(run_dir / "rollouts" / "grpo_probe.jsonl", [result])
     solved: dict[str, list[bool]] = {}
-    for task, record in zip(chosen, result.trajectories):
-        solved.setdefault(task_family(task), []).append(record["success"])
+    for task, success in zip(chosen, successes):
+        solved.setdefault(task_family(task), []).append(success)
     return {name: sum(v) / len(v) for name, v in solved.items()}
+
+
+def build_guard(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: TrainState,
+                run_dir: Path) -> Guard | None:
+    """`algo.guard`'s probe: the same seeded training tasks, `per_family` of each family, every time."""
+    config = cfg.algo.guard
+    if not config.every:
+        return None
+    chosen = tasks_per_family(tasks, config.per_family, random.Random(f"{cfg.run.seed}:guard"))
+
+    def probe(step: int) -> float:
+        t0 = time.perf_counter()
+        successes = greedy_successes(policy, cfg, chosen, run_dir, f"grpo_guard_{step}")
+        rate = sum(successes) / len(successes)
+        console.print(f"guard: step {step} solved {sum(successes)} of {len(chosen)} training tasks greedily "
+                      f"({rate:.1%}, {time.perf_counter() - t0:.0f} s)")
+        return rate
+
+    return Guard(config, state, probe, run_dir)
 
 
 def focus_tasks(tasks: list[SkyRLSample], rates: dict[str, float], keep_below: float) -> list[SkyRLSample]:
@@ -351,6 +383,14 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
         next(stream)
     sampling = policy.rollouts.sampling(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
     guide = expert_guide(policy, cfg, sampling) if algo.expert_guidance else None
+
+    def save() -> Path:
+        state.elapsed_s = clock.total
+        return save_checkpoint(run_dir, state, policy.model, policy.tokenizer, opt, sched, generators)
+
+    guard = build_guard(policy, cfg, tasks, state, run_dir)
+    if guard is not None:
+        guard.begin(resume_from, save)
     with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=console, transient=True) as bar:
         job = bar.add_task("GRPO", total=algo.steps, completed=state.grpo_step)
         episodes = bar.add_task("rollouts", total=None)
@@ -367,19 +407,27 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
             policy.engine.sync_weights()
             release_memory()
             state.grpo_step += 1
-            callbacks.on_step(state.grpo_step, {"phase": "grpo", "time_s": time.perf_counter() - t0,
-                                                "rollout_s": t_rollout,
-                                                "rollout_tok_s": policy.engine.stats.tokens_per_second,
-                                                **rollout_metrics(results, algo.group_size),
-                                                **guided_metrics(results, guide is not None),
-                                                **metrics, "rss_gb": rss_gb()})
+            step_metrics = {"phase": "grpo", "time_s": time.perf_counter() - t0, "rollout_s": t_rollout,
+                            "rollout_tok_s": policy.engine.stats.tokens_per_second,
+                            **rollout_metrics(results, algo.group_size), **guided_metrics(results, guide is not None),
+                            **metrics, "rss_gb": rss_gb()}
             if cfg.logging.rollouts:
                 write_rollouts(run_dir / "rollouts" / f"grpo_step_{state.grpo_step}.jsonl", results)
+            saved = None
+            if guard is not None and guard.due(state.grpo_step, algo.steps):
+                action = guard.check(state.grpo_step, algo.steps, policy.model, opt, save)
+                if action == "restored":
+                    policy.engine.sync_weights()
+                record = state.guard
+                console.print(f"guard: {action} (best {record['best']:.1%} at step {record['best_step']})")
+                step_metrics |= {"guard_success": record["probes"][-1][1], "guard_restored": float(action == "restored")}
+                saved = checkpoint_dir(run_dir, state) if action == "best" else None
+            callbacks.on_step(state.grpo_step, step_metrics)
             bar.advance(job)
-            if algo.save_every and state.grpo_step % algo.save_every == 0:
-                state.elapsed_s = clock.total
-                callbacks.on_checkpoint(state.grpo_step, save_checkpoint(run_dir, state, policy.model, policy.tokenizer,
-                                                                         opt, sched, generators))
+            if saved is None and algo.save_every and state.grpo_step % algo.save_every == 0:
+                saved = save()
+            if saved is not None:
+                callbacks.on_checkpoint(state.grpo_step, saved)
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -446,7 +494,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
         summary = {**{f"eval_{k}": v for k, v in state.evals.items()}, "paired": _paired(run_dir, state.evals),
                    "train_seconds": round(clock.total, 1), "sft_steps": state.sft_step, "grpo_steps": state.grpo_step,
                    "final_checkpoint": str(final) if final else None,
-                   **({"grpo_probe": state.probe} if state.probe is not None else {})}
+                   **({"grpo_probe": state.probe} if state.probe is not None else {}),
+                   **({"grpo_guard": state.guard} if state.guard is not None else {})}
     finally:
         callbacks.on_train_end(summary)
         policy.engine.close()
