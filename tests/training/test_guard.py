@@ -51,7 +51,9 @@ class Run:
         while self.state.grpo_step < steps:
             self.step()
             if self.guard.due(self.state.grpo_step, steps):
-                action = self.guard.check(self.state.grpo_step, steps, self.model, self.opt, self.save)
+                action = self.guard.check(self.state.grpo_step, steps, self.model, self.opt)
+                if action == "best":
+                    self.save()
                 seen[self.state.grpo_step] = (action, params(self.model))
         return seen
 
@@ -74,7 +76,7 @@ def test_the_optimizer_comes_back_with_the_weights(tmp_path):
     run.train(1)
     moments = {k: v.clone() for k, v in run.opt.state[next(iter(run.model.parameters()))].items()}
     run.step()
-    run.guard.check(2, 2, run.model, run.opt, run.save)
+    run.guard.check(2, 2, run.model, run.opt)
     restored = run.opt.state[next(iter(run.model.parameters()))]
     assert all(torch.equal(restored[k], moments[k]) for k in moments)
 
@@ -84,7 +86,7 @@ def test_a_fall_to_the_warm_start_empties_the_optimizer(tmp_path):
     warm = run.train(0)[0][1]
     run.step()
     assert run.opt.state
-    assert run.guard.check(1, 1, run.model, run.opt, run.save) == "restored"
+    assert run.guard.check(1, 1, run.model, run.opt) == "restored"
     assert torch.equal(params(run.model), warm) and not run.opt.state  # the warm start had no optimizer state
 
 

@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from mcprl.eval.trajectory import load_trajectories
 from mcprl.training import trainer
@@ -110,3 +112,35 @@ def test_kl_to_the_warm_start_survives_a_resume_mid_grpo(tmp_path, monkeypatch):
     assert again["step"] == 2
     for key in ("policy_loss", "ref_kl", "grad_norm"):
         assert again[key] == pytest.approx(straight[1][key], abs=1e-4), key
+
+
+@pytest.mark.slow
+def test_guard_ends_on_its_best_probe_and_a_resume_keeps_its_record(tmp_path, monkeypatch):
+    """The guard in the real loop: a greedy probe before GRPO and after each step, decisions that follow the
+    scores, the final weights equal to the best probe's checkpoint, and a crash mid-GRPO that resumes to the
+    same probes."""
+    guard = ["algo.guard.every=1", "algo.save_every=0", "sft.max_steps=2", "sft.save_every=0", "eval.before=false",
+             "eval.after_sft=false", "eval.after_grpo=false"]
+    summary = trainer.train(config(tmp_path, "straight", *guard))
+    record, run = summary["grpo_guard"], tmp_path / "straight"
+    assert [p[0] for p in record["probes"]] == [0, 1, 2]
+    best = -1.0
+    for step, score, action in record["probes"]:
+        assert action == ("best" if score >= best else "restored")  # tolerance 0
+        best = max(best, score)
+        assert (run / "rollouts" / f"grpo_guard_{step}.jsonl").exists()
+    assert record["best"] == best and Path(record["checkpoint"]).name == f"step_grpo_{record['best_step']}"
+    grpo = [r for r in rows(run) if r["phase"] == "grpo"]
+    assert [r["guard_success"] for r in grpo] == [p[1] for p in record["probes"][1:]]
+    final = load_file(str(run / "checkpoints" / "step_done" / "model" / "model.safetensors"))
+    kept = load_file(str(Path(record["checkpoint"]) / "model" / "model.safetensors"))
+    assert final.keys() == kept.keys() and all(torch.equal(final[k], kept[k]) for k in final)
+
+    original = trainer.build_callbacks
+    monkeypatch.setattr(trainer, "build_callbacks", lambda cfg, run_dir: CallbackList(
+        [CrashAt("grpo", 2), *original(cfg, run_dir)]))
+    crashed = config(tmp_path, "crashed", *guard)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train(crashed)
+    monkeypatch.setattr(trainer, "build_callbacks", original)
+    assert trainer.train(crashed, resume=True)["grpo_guard"]["probes"] == record["probes"]

@@ -38,9 +38,9 @@ class Guard:
         self.state.guard = {"best": score, "best_step": step, "checkpoint": str(Path(checkpoint).resolve()),
                             "probes": [[step, score, "best"]]}
 
-    def check(self, step: int, last: int, model: PreTrainedModel, optimizer: torch.optim.Optimizer,
-              save: Callable[[], Path]) -> str:
-        """Probe after `step`; returns what happened: best (checkpoint saved), kept, or restored."""
+    def check(self, step: int, last: int, model: PreTrainedModel, optimizer: torch.optim.Optimizer) -> str:
+        """Probe after `step`: "best" (the caller saves this step's checkpoint, which the record now names),
+        "kept", or "restored" (the best checkpoint's weights and optimizer are back in place)."""
         record, score = self.state.guard, self.probe(step)
         tolerance = 0.0 if step == last else self.config.tolerance
         if score >= record["best"]:
@@ -52,6 +52,4 @@ class Guard:
         else:
             action = "kept"
         record["probes"].append([step, score, action])
-        if action == "best":
-            save()
         return action

@@ -32,7 +32,6 @@ from mcprl.training import grpo
 from mcprl.training.callbacks import CallbackList, build_callbacks
 from mcprl.training.checkpoint import (
     TrainState,
-    checkpoint_dir,
     latest_checkpoint,
     load_checkpoint,
     read_state,
@@ -413,21 +412,18 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
                             **metrics, "rss_gb": rss_gb()}
             if cfg.logging.rollouts:
                 write_rollouts(run_dir / "rollouts" / f"grpo_step_{state.grpo_step}.jsonl", results)
-            saved = None
+            action = None
             if guard is not None and guard.due(state.grpo_step, algo.steps):
-                action = guard.check(state.grpo_step, algo.steps, policy.model, opt, save)
+                action = guard.check(state.grpo_step, algo.steps, policy.model, opt)
                 if action == "restored":
                     policy.engine.sync_weights()
                 record = state.guard
                 console.print(f"guard: {action} (best {record['best']:.1%} at step {record['best_step']})")
                 step_metrics |= {"guard_success": record["probes"][-1][1], "guard_restored": float(action == "restored")}
-                saved = checkpoint_dir(run_dir, state) if action == "best" else None
             callbacks.on_step(state.grpo_step, step_metrics)
             bar.advance(job)
-            if saved is None and algo.save_every and state.grpo_step % algo.save_every == 0:
-                saved = save()
-            if saved is not None:
-                callbacks.on_checkpoint(state.grpo_step, saved)
+            if action == "best" or (algo.save_every and state.grpo_step % algo.save_every == 0):
+                callbacks.on_checkpoint(state.grpo_step, save())
 
 
 # ------------------------------------------------------------------------------------------ the run
