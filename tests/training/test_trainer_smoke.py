@@ -44,6 +44,17 @@ class CrashAt(Callback):
             raise KeyboardInterrupt(f"simulated crash at {self.phase} step {step}")
 
 
+def crash_then_resume(monkeypatch, cfg, phase: str, step: int, **kwargs) -> dict:
+    """Train until a simulated crash after `phase` step `step`, then `--resume`: the resumed run's summary."""
+    original = trainer.build_callbacks
+    monkeypatch.setattr(trainer, "build_callbacks", lambda cfg, run_dir: CallbackList(
+        [CrashAt(phase, step), *original(cfg, run_dir)]))
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train(cfg, **kwargs)
+    monkeypatch.setattr(trainer, "build_callbacks", original)
+    return trainer.train(cfg, resume=True, **kwargs)
+
+
 # The default (full fine-tune) in `make test`; LoRA (adapter checkpoints, merged generation copy) in test-all.
 @pytest.mark.parametrize("mode", ["full", pytest.param("lora", marks=pytest.mark.slow)])
 def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch, mode):
@@ -76,13 +87,7 @@ def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch, mode):
 
     # Crash mid-SFT (after step 3, whose checkpoint does not exist: the last one is step 2), then resume.
     crashed = config(tmp_path, "crashed", f"finetune.mode={mode}", "eval.before=false", "eval.after_sft=false", "eval.after_grpo=false")
-    original = trainer.build_callbacks
-    monkeypatch.setattr(trainer, "build_callbacks", lambda cfg, run_dir: CallbackList(
-        [CrashAt("sft", 3), *original(cfg, run_dir)]))
-    with pytest.raises(KeyboardInterrupt):
-        trainer.train(crashed, sft_only=True)
-    monkeypatch.setattr(trainer, "build_callbacks", original)
-    resumed_summary = trainer.train(crashed, resume=True, sft_only=True)
+    resumed_summary = crash_then_resume(monkeypatch, crashed, "sft", 3, sft_only=True)
     assert Path(resumed_summary["final_checkpoint"]).name == "step_grpo_0"  # GRPO can start from it later
     resumed = {(r["phase"], r["step"]): r for r in rows(tmp_path / "crashed")}
     assert [k for k in resumed if k[0] == "sft"] == [("sft", 1), ("sft", 2), ("sft", 3), ("sft", 4)]
@@ -100,14 +105,7 @@ def test_kl_to_the_warm_start_survives_a_resume_mid_grpo(tmp_path, monkeypatch):
     trainer.train(config(tmp_path, "straight", *kl))
     straight = [r for r in rows(tmp_path / "straight") if r["phase"] == "grpo"]
     assert straight[0]["ref_kl"] == pytest.approx(0.0, abs=1e-3) and straight[1]["ref_kl"] > 1e-5
-    original = trainer.build_callbacks
-    monkeypatch.setattr(trainer, "build_callbacks", lambda cfg, run_dir: CallbackList(
-        [CrashAt("grpo", 2), *original(cfg, run_dir)]))
-    crashed = config(tmp_path, "crashed", *kl)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.train(crashed)
-    monkeypatch.setattr(trainer, "build_callbacks", original)
-    trainer.train(crashed, resume=True)
+    crash_then_resume(monkeypatch, config(tmp_path, "crashed", *kl), "grpo", 2)
     again = [r for r in rows(tmp_path / "crashed") if r["phase"] == "grpo"][-1]
     assert again["step"] == 2
     for key in ("policy_loss", "ref_kl", "grad_norm"):
@@ -136,11 +134,5 @@ def test_guard_ends_on_its_best_probe_and_a_resume_keeps_its_record(tmp_path, mo
     kept = load_file(str(Path(record["checkpoint"]) / "model" / "model.safetensors"))
     assert final.keys() == kept.keys() and all(torch.equal(final[k], kept[k]) for k in final)
 
-    original = trainer.build_callbacks
-    monkeypatch.setattr(trainer, "build_callbacks", lambda cfg, run_dir: CallbackList(
-        [CrashAt("grpo", 2), *original(cfg, run_dir)]))
-    crashed = config(tmp_path, "crashed", *guard)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.train(crashed)
-    monkeypatch.setattr(trainer, "build_callbacks", original)
-    assert trainer.train(crashed, resume=True)["grpo_guard"]["probes"] == record["probes"]
+    resumed = crash_then_resume(monkeypatch, config(tmp_path, "crashed", *guard), "grpo", 2)
+    assert resumed["grpo_guard"]["probes"] == record["probes"]
