@@ -1,6 +1,7 @@
 """`algo.guard`: greedy probes between GRPO steps; the best probe's checkpoint is kept and comes back on a fall."""
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -103,8 +104,9 @@ def test_the_last_step_is_probed_even_off_the_interval(tmp_path):
     assert run.probed == [0, 2, 3]  # a tie is a new best: the newer weights
 
 
-def test_the_best_checkpoint_survives_pruning_and_a_resume_keeps_the_record(tmp_path):
-    run = Run(tmp_path, [0.5, 0.9, 0.1, 0.2, 0.3], GuardConfig(every=1))
+def test_the_best_checkpoint_survives_pruning_and_a_resume_keeps_the_record(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative run dir, as `runs/NAME` is: the record holds an absolute path
+    run = Run(Path("."), [0.5, 0.9, 0.1, 0.2, 0.3], GuardConfig(every=1))
     run.train(4)
     best = run.state.guard["checkpoint"]
     assert best.endswith("step_grpo_1")
@@ -114,7 +116,7 @@ def test_the_best_checkpoint_survives_pruning_and_a_resume_keeps_the_record(tmp_
     names = sorted(p.name for p in (run.run_dir / "checkpoints").glob("step_*"))
     assert names == ["step_grpo_0", "step_grpo_1", "step_grpo_6", "step_grpo_7"]
     resumed = read_state(latest_checkpoint(run.run_dir))
-    again = Run(tmp_path, [], GuardConfig(every=1), state=resumed)
+    again = Run(Path("."), [], GuardConfig(every=1), state=resumed)
     again.guard.begin(None, again.save)  # no new probe, no new warm-start checkpoint
     assert again.probed == [] and resumed.guard["checkpoint"] == best
 

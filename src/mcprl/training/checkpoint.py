@@ -79,8 +79,8 @@ def save_checkpoint(run_dir: Path, state: TrainState, model: PreTrainedModel, to
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
     (root / "latest").write_text(path.name)
-    kept = {path, root / WARM_START} | ({Path(state.guard["checkpoint"])} if state.guard else set())
-    older = sorted((p for p in root.glob("step_*") if p not in kept),
+    kept = {p.resolve() for p in (path, root / WARM_START, *([Path(state.guard["checkpoint"])] if state.guard else []))}
+    older = sorted((p for p in root.glob("step_*") if p.resolve() not in kept),
                    key=lambda p: p.stat().st_mtime)
     for old in older[:max(0, len(older) - (keep - 1))]:
         shutil.rmtree(old, ignore_errors=True)
