@@ -83,7 +83,7 @@ def _leaves(value):
 
 
 def test_expert_trajectories_solve_their_tasks_in_the_env(tasks):
-    for sample, expert in zip(tasks.samples, tasks.experts):
+    for sample, expert in reversed(list(zip(tasks.samples, tasks.experts))):  # not the order they were made in
         env = MCPToolEnv({}, {"reward_spec": sample.reward_spec, "extra_info": sample.extra_info})
         env.init(sample.prompt)
         actions = [m["content"] for m in expert["messages"][2:] if m["role"] == "assistant"]
@@ -91,6 +91,10 @@ def test_expert_trajectories_solve_their_tasks_in_the_env(tasks):
         assert outs[-1]["done"] and env.success, (sample.task_id, [o["metadata"] for o in outs])
         assert sum(o["reward"] for o in outs) >= 1.0
         assert all(-1.0 <= o["reward"] <= 1.0 for o in outs)
+        # The demo is an episode's replay: each episode has its own Slack posts, so a post's timestamp (and
+        # anything else a tool shows) is what the env returns, whatever ran before it.
+        demo = [m["content"] for m in expert["messages"][3:] if m["role"] == "user"]
+        assert [o["observations"][0]["content"] for o in outs[:-1]] == demo, sample.task_id
 
 
 def test_heldout_entities_never_in_training():

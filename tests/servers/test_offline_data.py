@@ -15,6 +15,7 @@ import pytest
 from mcprl.servers.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from mcprl.servers.offline.corpus import SearchCorpus
 from mcprl.servers.offline.market import HOLIDAYS, MarketData
+from mcprl.servers.offline import slack as offline_slack
 from mcprl.servers.offline.slack import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,6 +143,31 @@ def test_slack_history_agrees_with_market_and_resets():
     assert ws.reset() == len(ws.history("general", None)) + sum(len(ws.history(c.name, None)) for c in ws.channels[1:])
     assert ws.history("general", None) == seeded
     assert ws.post("general", "first") == first  # the post counter restarts: same ts after reset
+
+
+def test_slack_keeps_each_episodes_posts_to_itself(monkeypatch):
+    ws = Workspace(MARKET)
+    seeded = ws.history("general", None)
+    a = ws.post("general", "zebra from a", episode="a")
+    b = ws.post("general", "zebra from b", episode="b")
+    assert a.ts == b.ts  # a post's timestamp depends on its own episode's posts only
+    assert ws.history("general", None, "a") == [a, *seeded] and ws.history("general", None, "b") == [b, *seeded]
+    assert ws.search("zebra", 10, "a") == (1, [a]) and ws.search("zebra", 10, "b") == (1, [b])
+    assert ws.history("general", None) == seeded and ws.search("zebra")[0] == 0  # no episode: the shared state
+    shared = ws.post("general", "zebra shared")
+    assert shared.ts == a.ts and ws.search("zebra", 10, "a") == (1, [a])
+
+    ws.reset("a")
+    assert ws.search("zebra", 10, "a")[0] == 0 and ws.search("zebra", 10, "b") == (1, [b]) and ws.search("zebra")[0] == 1
+    ws.reset()
+    assert ws.search("zebra", 10, "b")[0] == 0 and ws.search("zebra")[0] == 0
+
+    monkeypatch.setattr(offline_slack, "MAX_EPISODES", 2)  # the least recently used episode is forgotten
+    for name in ("x", "y"):
+        ws.post("general", f"zebra {name}", episode=name)
+    ws.history("general", 1, "x")  # reading x makes y the least recently used
+    ws.post("general", "zebra z", episode="z")
+    assert [ws.search("zebra", 10, e)[0] for e in ("x", "y", "z")] == [1, 0, 1]
 
 
 def test_slack_refuses_what_slack_refuses():

@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 from mcprl.data.prompting import Style, system_prompt, tool_response
 from mcprl.data.sample import SkyRLSample
+from mcprl.episode import new_episode
 from mcprl.servers.registry import ADMIN_TOOLS
 from mcprl.tools.errors import ToolNotFound
 from mcprl.tools.manager import ToolInfo, ToolManager
@@ -101,8 +102,12 @@ def step_name(step: dict[str, Any]) -> str:
 
 async def execute_plan(tm: ToolManager, steps: Iterable[dict[str, Any]], *,
                        timeout: float | None = None) -> ExecutionResult:
-    """Run `steps` ([{server?, tool, params}]) in order, stopping at the first failure; never raises."""
+    """Run `steps` ([{server?, tool, params}]) in order, stopping at the first failure; never raises.
+
+    The plan is one episode (`mcprl.episode`): what it writes, and what it reads back, is its own.
+    """
     await tm.start()
+    episode = new_episode()
     done: list[StepResult] = []
     for number, step in enumerate(steps, start=1):
         try:
@@ -114,7 +119,7 @@ async def execute_plan(tm: ToolManager, steps: Iterable[dict[str, Any]], *,
             return ExecutionResult(tuple(done), number, f"step {number}: {e}", ToolNotFound.kind)
         except PlaceholderError as e:
             return ExecutionResult(tuple(done), number, f"step {number}: {e}", "placeholder")
-        result = await tm.execute_tool(info.name, params, timeout)
+        result = await tm.execute_tool(info.name, params, timeout, episode=episode)
         done.append(StepResult(number, info.name, info.server, info.tool, params, result))
         if not result.get("ok"):
             error, kind = str(result.get("error", "unknown error"))[:300], result.get("error_type", "tool_error")

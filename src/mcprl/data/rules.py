@@ -26,6 +26,7 @@ from rich.progress import Progress
 from mcprl.data.prompting import system_prompt, tool_response
 from mcprl.data.sample import SkyRLSample
 from mcprl.envs.parsing import format_answer, format_tool_call
+from mcprl.episode import new_episode
 from mcprl.servers.offline.market import MarketData
 from mcprl.servers.slack import ADMIN_TOOLS
 from mcprl.tools.config import default_servers_config
@@ -340,11 +341,12 @@ def draw(rng: random.Random, world: World) -> Draft:
     return rng.choice(TEMPLATES[complexity])(rng, world)
 
 
-async def _execute(tm: ToolManager, draft: Draft) -> tuple[list[dict[str, Any]], Results, list[dict[str, Any]]]:
+async def _execute(tm: ToolManager, draft: Draft,
+                   episode: str) -> tuple[list[dict[str, Any]], Results, list[dict[str, Any]]]:
     calls, data, raw = [], [], []
     for step in draft.steps:
         params = step.params(data)
-        result = await tm.execute_tool(f"{step.server}.{step.tool}", params)
+        result = await tm.execute_tool(f"{step.server}.{step.tool}", params, episode=episode)
         if not result["ok"]:
             raise GenerationError(f"{draft.template}: {step.server}.{step.tool}({params}) failed: {result['error']}")
         calls.append({"server": step.server, "tool": step.tool, "params": params})
@@ -367,7 +369,8 @@ def misspell(ticker: str, rng: random.Random, known: list[str]) -> str:
     return rng.choice(sorted(s for s in slips if s and s not in (ticker, base)))
 
 
-async def _slip(tm: ToolManager, calls: list[dict[str, Any]], known: list[str], rng: random.Random) -> Slip | None:
+async def _slip(tm: ToolManager, calls: list[dict[str, Any]], known: list[str], rng: random.Random,
+                episode: str) -> Slip | None:
     """A misspelled ticker in one of the calls, run on the server for its real error; None when no call
     takes a ticker or every misspelling tried is another real ticker."""
     spots = [(i, key) for i, call in enumerate(calls) for key in TICKER_KEYS
@@ -377,7 +380,7 @@ async def _slip(tm: ToolManager, calls: list[dict[str, Any]], known: list[str], 
     i, key = rng.choice(spots)
     for _ in range(5):
         params = {**calls[i]["params"], key: misspell(calls[i]["params"][key], rng, known)}
-        result = await tm.execute_tool(f"{calls[i]['server']}.{calls[i]['tool']}", params)
+        result = await tm.execute_tool(f"{calls[i]['server']}.{calls[i]['tool']}", params, episode=episode)
         if not result["ok"]:
             return Slip(i, params, result)
     return None
@@ -434,9 +437,9 @@ async def generate_async(n: int, seed: int, *, style: str = "hermes", heldout: b
         with Progress(disable=not progress, transient=True) as bar:
             job = bar.add_task(f"generating {n} {split} tasks", total=n)
             while len(out.samples) < n:
-                draft = draw(rng, world)
-                calls, data, raw = await _execute(tm, draft)
-                slip = await _slip(tm, calls, world.tickers, slips) if slips.random() < recovery else None
+                draft, episode = draw(rng, world), new_episode()  # each task runs as its own episode, as in training
+                calls, data, raw = await _execute(tm, draft, episode)
+                slip = await _slip(tm, calls, world.tickers, slips, episode) if slips.random() < recovery else None
                 sample, expert = _task(len(out.samples), draft, calls, data, raw, tools,
                                        split=split, seed=seed, style=style, slip=slip)
                 out.samples.append(sample)
@@ -453,8 +456,7 @@ def generate(n: int, seed: int, *, style: str = "hermes", heldout: bool = False,
 
 
 def generate_splits(n_train: int, n_heldout: int, seed: int, *, recovery: float = 0.0) -> tuple[RuleOutput, RuleOutput]:
-    """Training and held-out tasks at once: each split keeps its own servers (a post in one must not show in
-    the other's searches, so each matches a generation on its own), and their start-ups overlap."""
+    """Training and held-out tasks at once: each split keeps its own servers, and their start-ups overlap."""
     async def both() -> list[RuleOutput]:
         return await asyncio.gather(generate_async(n_train, seed, progress=False, recovery=recovery),
                                     generate_async(n_heldout, seed, heldout=True, progress=False))

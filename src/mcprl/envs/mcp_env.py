@@ -1,8 +1,9 @@
 """MCPToolEnv: the skyrl_gym environment where the agent meets MCP tools.
 
 One episode = one task sample. Each `step` parses the model's turn, runs at most one tool call
-through the MCPToolGroup (servers are shared per process and started once), scores it, and returns
-the tool result as the next observation. It never raises: one exception inside SkyRL's generator
+through the MCPToolGroup (servers are shared per process and started once; every call carries the
+episode's id, so a stateful server keeps each episode's state apart), scores it, and returns the tool
+result as the next observation. It never raises: one exception inside SkyRL's generator
 would abort the whole batch, so every failure becomes an error observation with a penalty.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from mcprl.data.prompting import call_example, tool_response
+from mcprl.episode import new_episode
 from mcprl.envs.config import EnvConfig
 from mcprl.envs.parsing import ParsedAction, parse_action
 from mcprl.envs.tool_group import GROUP_NAME, MCPToolGroup
@@ -50,7 +52,8 @@ class MCPToolEnv(BaseTextEnv):
         self.weights = HeuristicWeights(**self.cfg.reward_weights)
         self.tools = shared_tool_manager(servers_config(self.cfg), mode=self.cfg.tool_mode,
                                          recording=self.cfg.recording)
-        self.group = MCPToolGroup(self.tools, timeout=self.cfg.tool_timeout_s)
+        self.episode = new_episode()
+        self.group = MCPToolGroup(self.tools, timeout=self.cfg.tool_timeout_s, episode=self.episode)
         self.init_tool_groups([self.group])
         self.reward_state = RewardState()
         self.history: list[dict[str, str]] = []

@@ -14,9 +14,13 @@ GROUP_NAME = "MCPToolGroup"
 
 
 class MCPToolGroup(ToolGroup):
-    def __init__(self, tools: SyncToolManager, timeout: float | None = None, name: str = GROUP_NAME) -> None:
+    """One episode's tools: every call carries `episode`, so stateful servers keep the episode's state apart."""
+
+    def __init__(self, tools: SyncToolManager, timeout: float | None = None, name: str = GROUP_NAME,
+                 episode: str | None = None) -> None:
         self.tools = tools
         self.timeout = timeout
+        self.episode = episode
         super().__init__(name)
 
     def _register_tools(self) -> None:
@@ -25,7 +29,8 @@ class MCPToolGroup(ToolGroup):
 
     def call(self, name: str, arguments: dict[str, Any] | None = None) -> str:
         """JSON payload `{ok, data | error, error_type, latency_ms}`; never raises."""
-        return json.dumps(self.tools.execute_tool(name, arguments, self.timeout), ensure_ascii=False, default=str)
+        result = self.tools.execute_tool(name, arguments, self.timeout, episode=self.episode)
+        return json.dumps(result, ensure_ascii=False, default=str)
 
     def execute_tool(self, name: str, *args: Any, **kwargs: Any) -> str:
         # Unknown names go to the manager too, whose error names the closest matches.

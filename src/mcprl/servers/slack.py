@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from mcp.server.mcpserver import Context
 from pydantic import Field
 
+from mcprl.episode import episode_of
 from mcprl.servers.backends.slack import ChannelHistory, ChannelList, PostedMessage, ResetResult, SearchMatches, SlackBackend
 from mcprl.servers.base import DomainServer
 
@@ -23,26 +25,33 @@ def create_server(backend: SlackBackend) -> DomainServer:
         return backend.list_channels()
 
     @server.tool()
-    def post_message(channel: ChannelRef, text: Annotated[str, Field(description="message text")]) -> PostedMessage:
+    def post_message(
+        channel: ChannelRef, text: Annotated[str, Field(description="message text")], ctx: Context
+    ) -> PostedMessage:
         """Post a message to a channel (not to archived or read-only channels)."""
-        return backend.post_message(channel, text)
+        return backend.post_message(channel, text, _episode(ctx))
 
     @server.tool()
-    def get_channel_history(channel: ChannelRef, limit: Limit = 10) -> ChannelHistory:
+    def get_channel_history(channel: ChannelRef, ctx: Context, limit: Limit = 10) -> ChannelHistory:
         """Recent messages of a channel, newest first."""
-        return backend.channel_history(channel, limit)
+        return backend.channel_history(channel, limit, _episode(ctx))
 
     @server.tool()
     def search_messages(
         query: Annotated[str, Field(description="words that must all appear; narrow with in:#channel or from:@user")],
+        ctx: Context,
         limit: Limit = 10,
     ) -> SearchMatches:
         """Search messages across channels, newest first."""
-        return backend.search_messages(query, limit)
+        return backend.search_messages(query, limit, _episode(ctx))
 
     @server.tool()
-    def reset_workspace() -> ResetResult:
-        """Admin only: restore the workspace to its seeded state (offline backend)."""
-        return backend.reset()
+    def reset_workspace(ctx: Context) -> ResetResult:
+        """Admin only: restore the workspace to its seeded state (offline backend); within an episode, its posts only."""
+        return backend.reset(_episode(ctx))
 
     return server
+
+
+def _episode(ctx: Context) -> str | None:
+    return episode_of(ctx.request_context.meta)

@@ -21,6 +21,7 @@ import mcp.types as mt
 from mcp.shared.exceptions import MCPError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from mcprl.episode import episode_meta
 from mcprl.tools.config import ServersConfig, ServerSpec, load_servers_config
 from mcprl.tools.connection import CONNECTION_ERRORS, ServerConnection
 from mcprl.tools.errors import (
@@ -141,15 +142,18 @@ class ToolManager:
         return {name: c.restarts for name, c in self._conns.items()}
 
     async def execute_tool(self, tool_name: str, arguments: dict[str, Any] | None = None,
-                           timeout: float | None = None) -> dict[str, Any]:
-        """Run one call. Returns {ok, data | error, error_type, latency_ms, server, tool}; never raises."""
+                           timeout: float | None = None, *, episode: str | None = None) -> dict[str, Any]:
+        """Run one call. Returns {ok, data | error, error_type, latency_ms, server, tool}; never raises.
+
+        `episode` goes to the server in the call's `_meta` (`mcprl.episode`): stateful servers keep it apart.
+        """
         t0 = time.perf_counter()
         info: ToolInfo | None = None
         try:
             await self.start()
             info = self.resolve(tool_name)
             args = self._validate(info, arguments)
-            result = await self._dispatch(info, args, timeout)
+            result = await self._dispatch(info, args, timeout, episode)
         except ToolError as e:
             result = {"ok": False, "error": str(e), "error_type": e.kind}
         except Exception as e:  # noqa: BLE001 - a tool call must never take the caller down
@@ -204,7 +208,8 @@ class ToolManager:
                                    f"(parameters: {', '.join(props) or 'none'})")
         return arguments
 
-    async def _dispatch(self, info: ToolInfo, args: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    async def _dispatch(self, info: ToolInfo, args: dict[str, Any], timeout: float | None,
+                        episode: str | None) -> dict[str, Any]:
         if self._replay is not None:
             recorded = self._replay.lookup(info.server, info.tool, args)
             if recorded is None:
@@ -216,7 +221,7 @@ class ToolManager:
         if limiter is not None:
             await limiter.acquire()
         async with self._sems[info.server]:
-            result = await self._call(spec, info, args, timeout)
+            result = await self._call(spec, info, args, timeout, episode)
         if self._recorder is not None:
             self._recorder.call(info.server, info.tool, args, result)
         return result
@@ -230,11 +235,12 @@ class ToolManager:
                                  retry=retry_if_exception_type(ServerUnavailable), reraise=True)
         return await retrying(conn.session)
 
-    async def _call(self, spec: ServerSpec, info: ToolInfo, args: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def _call(self, spec: ServerSpec, info: ToolInfo, args: dict[str, Any], timeout: float,
+                    episode: str | None) -> dict[str, Any]:
         conn = self._conns[info.server]
         session = await self._session(spec, conn)
         try:
-            raw = await session.call_tool(info.tool, args, read_timeout_seconds=timeout)
+            raw = await session.call_tool(info.tool, args, read_timeout_seconds=timeout, meta=episode_meta(episode))
         except (asyncio.TimeoutError, TimeoutError) as e:
             raise ToolTimeout(f"{info.name!r} did not answer within {timeout:g}s") from e
         except MCPError as e:

@@ -32,8 +32,8 @@ class SyncToolManager:
         return self._loop.run(self.manager.list_tools())
 
     def execute_tool(self, tool_name: str, arguments: dict[str, Any] | None = None,
-                     timeout: float | None = None) -> dict[str, Any]:
-        return self._loop.run(self.manager.execute_tool(tool_name, arguments, timeout))
+                     timeout: float | None = None, *, episode: str | None = None) -> dict[str, Any]:
+        return self._loop.run(self.manager.execute_tool(tool_name, arguments, timeout, episode=episode))
 
     def close(self) -> None:
         self._loop.run(self.manager.close())

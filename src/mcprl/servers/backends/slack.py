@@ -60,11 +60,13 @@ class ResetResult(BaseModel):
 
 
 class SlackBackend(Protocol):
+    """`episode` (from the call's `_meta`, see `mcprl.episode`) keeps an episode's posts to itself offline."""
+
     def list_channels(self) -> ChannelList: ...
-    def post_message(self, channel: str, text: str) -> PostedMessage: ...
-    def channel_history(self, channel: str, limit: int) -> ChannelHistory: ...
-    def search_messages(self, query: str, limit: int) -> SearchMatches: ...
-    def reset(self) -> ResetResult: ...
+    def post_message(self, channel: str, text: str, episode: str | None = None) -> PostedMessage: ...
+    def channel_history(self, channel: str, limit: int, episode: str | None = None) -> ChannelHistory: ...
+    def search_messages(self, query: str, limit: int, episode: str | None = None) -> SearchMatches: ...
+    def reset(self, episode: str | None = None) -> ResetResult: ...
 
 
 class OfflineSlack:
@@ -79,20 +81,20 @@ class OfflineSlack:
     def list_channels(self) -> ChannelList:
         return ChannelList(channels=[ChannelInfo(**vars(c)) for c in self.workspace.channels])
 
-    def post_message(self, channel: str, text: str) -> PostedMessage:
-        msg = self.workspace.post(channel, text)
+    def post_message(self, channel: str, text: str, episode: str | None = None) -> PostedMessage:
+        msg = self.workspace.post(channel, text, episode=episode)
         return PostedMessage(channel=self.workspace.channel(channel).name, ts=msg.ts, text=msg.text)
 
-    def channel_history(self, channel: str, limit: int = 10) -> ChannelHistory:
+    def channel_history(self, channel: str, limit: int = 10, episode: str | None = None) -> ChannelHistory:
         check_limit(limit)
         ws = self.workspace
-        msgs = ws.history(channel, None)
+        msgs = ws.history(channel, None, episode)
         return ChannelHistory(
             channel=ws.channel(channel).name, messages=[self._message(m) for m in msgs[:limit]], has_more=len(msgs) > limit
         )
 
-    def search_messages(self, query: str, limit: int = 10) -> SearchMatches:
-        total, hits = self.workspace.search(query, limit)
+    def search_messages(self, query: str, limit: int = 10, episode: str | None = None) -> SearchMatches:
+        total, hits = self.workspace.search(query, limit, episode)
         ws = self.workspace
         return SearchMatches(
             query=query,
@@ -100,8 +102,8 @@ class OfflineSlack:
             matches=[MessageMatch(channel=ws.channel(m.channel).name, **self._message(m).model_dump()) for m in hits],
         )
 
-    def reset(self) -> ResetResult:
-        return ResetResult(messages=self.workspace.reset())
+    def reset(self, episode: str | None = None) -> ResetResult:
+        return ResetResult(messages=self.workspace.reset(episode))
 
 
 _ERRORS = {
@@ -116,7 +118,10 @@ _ERRORS = {
 
 
 class LiveSlack:
-    """slack.com/api with a bot token (Bearer header). search.messages needs a user token (xoxp-)."""
+    """slack.com/api with a bot token (Bearer header). search.messages needs a user token (xoxp-).
+
+    A real workspace is one shared state: `episode` is accepted and ignored, so episodes see each other's posts.
+    """
 
     def __init__(self, api: ApiClient) -> None:
         self.api = api
@@ -168,13 +173,13 @@ class LiveSlack:
             ]
         )
 
-    def post_message(self, channel: str, text: str) -> PostedMessage:
+    def post_message(self, channel: str, text: str, episode: str | None = None) -> PostedMessage:
         check_text(text)
         channel_id, name = self._resolve(channel)
         body = self._call("chat.postMessage", {"channel": channel_id, "text": text}, post=True)
         return PostedMessage(channel=name, ts=str(body.get("ts", "")), text=(body.get("message") or {}).get("text", text))
 
-    def channel_history(self, channel: str, limit: int = 10) -> ChannelHistory:
+    def channel_history(self, channel: str, limit: int = 10, episode: str | None = None) -> ChannelHistory:
         check_limit(limit)
         channel_id, name = self._resolve(channel)
         body = self._call("conversations.history", {"channel": channel_id, "limit": limit})
@@ -189,7 +194,7 @@ class LiveSlack:
             has_more=bool(body.get("has_more", False)),
         )
 
-    def search_messages(self, query: str, limit: int = 10) -> SearchMatches:
+    def search_messages(self, query: str, limit: int = 10, episode: str | None = None) -> SearchMatches:
         check_limit(limit)
         if not query.strip():
             raise InvalidArgumentError("query is empty: pass words to find")
@@ -208,5 +213,5 @@ class LiveSlack:
             ],
         )
 
-    def reset(self) -> ResetResult:
+    def reset(self, episode: str | None = None) -> ResetResult:
         raise InvalidArgumentError("reset_workspace only works on the offline backend: a real workspace is never reset")

@@ -1,8 +1,10 @@
 """A seeded Slack workspace: users, channels (one archived, one read-only) and December 2025 history.
 
 Market messages quote `MarketData`, so a close price seen in #markets matches polygon and fmp.
-The history is mutable (agents post), lives in the `Workspace` instance and `reset()` restores the
-seeded state. Timestamps come from fixed dates and a post counter, never from the clock.
+The seeded history is fixed; agents' posts are kept per episode (`mcprl.episode`): an episode reads the
+seeded history plus its own posts, never another episode's, and `reset()` restores the seeded state.
+Timestamps come from fixed dates and the episode's post count, never from the clock, so an episode's
+results depend only on its own calls.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import hashlib
 import random
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -21,6 +24,7 @@ from mcprl.servers.offline.market import MarketData
 
 MAX_TEXT_CHARS = 4000
 BOT_USER = "finbot"  # who the agent posts as
+MAX_EPISODES = 4096  # episodes whose posts are kept; the least recently used is forgotten first
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,11 @@ _NOW_EPOCH = _epoch("2025-12-31", 21, 30)  # posts land just after this (UTC), o
 
 
 class Workspace:
-    """The workspace state for one seed; thread-safe (tool calls run in worker threads)."""
+    """The workspace state for one seed; thread-safe (tool calls run in worker threads).
+
+    Posts made without an episode id share one list (a human's client, the CLI); each episode id has
+    its own, bounded by `MAX_EPISODES` (rollouts never end with a call, so the oldest are dropped).
+    """
 
     def __init__(self, market: MarketData | None = None, seed: int = 0) -> None:
         self.market = market if market is not None else MarketData(seed)
@@ -121,18 +129,29 @@ class Workspace:
         self._users_by_id = {u.id: u for u in _USERS}
         self._users_by_name = {u.name: u for u in _USERS}
         self._lock = threading.Lock()
-        self._live: list[Message] | None = None
-        self._posts = 0
+        self._shared: list[Message] = []
+        self._episodes: OrderedDict[str, list[Message]] = OrderedDict()
 
     @cached_property
     def _seeded(self) -> tuple[Message, ...]:
         return self._seed_history()
 
-    def _messages(self) -> list[Message]:
-        """The current history (call with the lock held); seeded on first use, as seeding reads every ticker's prices."""
-        if self._live is None:
-            self._live = list(self._seeded)
-        return self._live
+    def _posts(self, episode: str | None) -> list[Message]:
+        """The posts `episode` made (call with the lock held); marks the episode as recently used."""
+        if episode is None:
+            return self._shared
+        posts = self._episodes.setdefault(episode, [])
+        self._episodes.move_to_end(episode)
+        while len(self._episodes) > MAX_EPISODES:
+            self._episodes.popitem(last=False)
+        return posts
+
+    def _messages(self, episode: str | None) -> list[Message]:
+        """What `episode` sees (call with the lock held); seeded on first use, as seeding reads every ticker's prices."""
+        if episode in self._episodes:
+            self._episodes.move_to_end(episode)
+        posts = self._shared if episode is None else self._episodes.get(episode, [])
+        return [*self._seeded, *posts]
 
     # --- lookups --------------------------------------------------------
 
@@ -149,16 +168,16 @@ class Workspace:
 
     # --- reads ----------------------------------------------------------
 
-    def history(self, channel: str, limit: int | None = 10) -> list[Message]:
+    def history(self, channel: str, limit: int | None = 10, episode: str | None = None) -> list[Message]:
         """Newest first, like conversations.history; limit None returns the whole channel."""
         if limit is not None:
             check_limit(limit)
         ch = self.channel(channel)
         with self._lock:
-            msgs = [m for m in self._messages() if m.channel == ch.id]
+            msgs = [m for m in self._messages(episode) if m.channel == ch.id]
         return sorted(msgs, key=lambda m: m.ts, reverse=True)[:limit]
 
-    def search(self, query: str, limit: int = 10) -> tuple[int, list[Message]]:
+    def search(self, query: str, limit: int = 10, episode: str | None = None) -> tuple[int, list[Message]]:
         """All words must match (case-insensitive); `in:#channel` and `from:@user` narrow it. Newest first."""
         check_limit(limit)
         words, channel_id, user_id = [], None, None
@@ -177,7 +196,7 @@ class Workspace:
         with self._lock:
             hits = [
                 m
-                for m in self._messages()
+                for m in self._messages(episode)
                 if (channel_id is None or m.channel == channel_id)
                 and (user_id is None or m.user == user_id)
                 and all(w in m.text.lower() for w in words)
@@ -187,7 +206,7 @@ class Workspace:
 
     # --- writes ---------------------------------------------------------
 
-    def post(self, channel: str, text: str, user: str = BOT_USER) -> Message:
+    def post(self, channel: str, text: str, user: str = BOT_USER, episode: str | None = None) -> Message:
         ch = self.channel(channel)
         if ch.is_archived:
             raise PermissionDeniedError(f"channel #{ch.name} is archived: post in an active channel ({self._active()})")
@@ -197,16 +216,19 @@ class Workspace:
             )
         check_text(text)
         with self._lock:
-            self._posts += 1
-            msg = Message(ch.id, f"{_NOW_EPOCH + self._posts}.000000", self._users_by_name[user].id, text)
-            self._messages().append(msg)
+            posts = self._posts(episode)
+            msg = Message(ch.id, f"{_NOW_EPOCH + len(posts) + 1}.000000", self._users_by_name[user].id, text)
+            posts.append(msg)
         return msg
 
-    def reset(self) -> int:
-        """Restore the seeded history; returns how many messages it holds."""
+    def reset(self, episode: str | None = None) -> int:
+        """Forget `episode`'s posts, or without one every post; returns how many messages the seeded history holds."""
         with self._lock:
-            self._live = list(self._seeded)
-            self._posts = 0
+            if episode is None:
+                self._shared.clear()
+                self._episodes.clear()
+            else:
+                self._episodes.pop(episode, None)
             return len(self._seeded)
 
     def _active(self) -> str:
