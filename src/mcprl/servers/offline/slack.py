@@ -24,7 +24,7 @@ from mcprl.servers.offline.market import MarketData
 
 MAX_TEXT_CHARS = 4000
 BOT_USER = "finbot"  # who the agent posts as
-MAX_EPISODES = 4096  # episodes whose posts are kept; the least recently used is forgotten first
+MAX_EPISODES = 65_536  # episodes whose posts are kept (a few hundred bytes each); the least recently used go first
 
 
 @dataclass(frozen=True)
