@@ -104,6 +104,20 @@ def test_heldout_entities_never_in_training():
     assert sum(len(v) for v in TEMPLATES.values()) >= 15
 
 
+def test_alert_tasks_span_several_heldout_tickers():
+    """#alerts holds each stock's unusual moves (its own 2 sigma), so held-out alert tasks are not one
+    stock's one alert asked twenty times (a fixed 4% move alerted one held-out stock only)."""
+    held = build_world(heldout=True)
+    assert len(held.alert_tickers) >= 5 and set(held.alert_tickers) <= set(held.tickers)
+
+
+def test_a_split_holds_distinct_plans():
+    """No two tasks of a split share a template and its entities while the world has unused ones."""
+    for heldout in (False, True):
+        keys = [s.extra_info["dedup_key"] for s in generate(48, seed=3, heldout=heldout, progress=False).samples]
+        assert len(set(keys)) == len(keys), heldout
+
+
 @pytest.fixture(scope="module")
 def recovering():
     return generate(36, seed=7, progress=False, recovery=1.0)

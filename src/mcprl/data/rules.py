@@ -36,6 +36,7 @@ COMPLEXITY_WEIGHTS = {"simple": 0.4, "medium": 0.35, "complex": 0.25}
 POST_CHANNELS = ("general", "trading-desk", "random")  # writable; reads use read-only #alerts only
 HELDOUT_EVERY = 5  # every 5th ticker (sorted) is held out of training
 TICKER_KEYS = ("ticker", "symbol")  # the parameters a slip misspells
+DISTINCT_TRIES = 20  # draws a task gets to find a plan its split does not have yet
 
 
 class GenerationError(RuntimeError):
@@ -168,7 +169,7 @@ def calculate(rng: random.Random, w: World) -> Draft:
     expr = f"{a} * {b} {op} {c}"
     q = pick(rng, ("Use Python to compute {e}.", "Calculate {e} with Python."), e=expr)
     return Draft("calculate", "simple", q, (Step("python", "run_python", fixed(code=f"print({expr})")),),
-                 lambda r: printed_number(r[0]), ())
+                 lambda r: printed_number(r[0]), (expr,))
 
 
 def top_result_url(rng: random.Random, w: World) -> Draft:
@@ -341,6 +342,21 @@ def draw(rng: random.Random, world: World) -> Draft:
     return rng.choice(TEMPLATES[complexity])(rng, world)
 
 
+def plan_key(draft: Draft) -> str:
+    return f"{draft.template}|{'|'.join(draft.entities)}"
+
+
+def draw_distinct(rng: random.Random, world: World, seen: set[str]) -> Draft:
+    """A draft whose template and entities no earlier task of the split has, while the world offers one:
+    twelve wordings of one plan in a held-out set are one result counted twelve times."""
+    for _ in range(DISTINCT_TRIES):
+        draft = draw(rng, world)
+        if plan_key(draft) not in seen:
+            break
+    seen.add(plan_key(draft))
+    return draft
+
+
 async def _execute(tm: ToolManager, draft: Draft,
                    episode: str) -> tuple[list[dict[str, Any]], Results, list[dict[str, Any]]]:
     calls, data, raw = [], [], []
@@ -407,7 +423,7 @@ def _task(index: int, draft: Draft, calls: list[dict[str, Any]], data: Results, 
     sample = SkyRLSample(data_source=f"rules/{'+'.join(servers)}", prompt=prompt,
                          reward_spec={"method": "rule", "ground_truth": gt},
                          extra_info={"template": draft.template, "entities": list(draft.entities), "split": split,
-                                     "dedup_key": f"{draft.template}|{'|'.join(draft.entities)}"})
+                                     "dedup_key": plan_key(draft)})
     messages = list(prompt)
     for i, (call, result) in enumerate(zip(calls, raw)):
         if slip is not None and slip.before == i:
@@ -431,13 +447,13 @@ async def generate_async(n: int, seed: int, *, style: str = "hermes", heldout: b
     rng = random.Random(f"mcprl-rules:{seed}:{split}")
     slips = random.Random(f"mcprl-rules-recovery:{seed}:{split}")  # its own stream: the tasks do not depend on it
     world = build_world(heldout)
-    out = RuleOutput()
+    out, seen = RuleOutput(), set[str]()
     async with ToolManager(default_servers_config()) as tm:
         tools = tm.tools()
         with Progress(disable=not progress, transient=True) as bar:
             job = bar.add_task(f"generating {n} {split} tasks", total=n)
             while len(out.samples) < n:
-                draft, episode = draw(rng, world), new_episode()  # each task runs as its own episode, as in training
+                draft, episode = draw_distinct(rng, world, seen), new_episode()  # each task runs as its own episode, as in training
                 calls, data, raw = await _execute(tm, draft, episode)
                 slip = await _slip(tm, calls, world.tickers, slips, episode) if slips.random() < recovery else None
                 sample, expert = _task(len(out.samples), draft, calls, data, raw, tools,

@@ -14,6 +14,7 @@ import datetime as dt
 import hashlib
 import random
 import re
+import statistics
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from mcprl.servers.errors import InvalidArgumentError, NotFoundError, Permission
 from mcprl.servers.offline.market import MarketData
 
 MAX_TEXT_CHARS = 4000
+ALERT_SIGMAS = 2.0  # #alerts posts a day a stock moved this many of its own daily standard deviations
 BOT_USER = "finbot"  # who the agent posts as
 MAX_EPISODES = 65_536  # episodes whose posts are kept (a few hundred bytes each); the least recently used go first
 
@@ -298,10 +300,11 @@ class Workspace:
                 rng.choice(("tom.becker", "priya.natarajan")),
                 f"Watching {sym}: 52-week range ${low:.2f}-${high:.2f}, closed ${session(sym, date)[0]:.2f} on {date}.",
             )
+        sigma = {sym: statistics.pstdev(session(sym, d)[1] for d in m.days[1:]) for sym in symbols}
         for date in december:
             for sym in symbols:
                 close, change = session(sym, date)
-                if abs(change) >= 4:
+                if abs(change) >= ALERT_SIGMAS * sigma[sym]:
                     add(date, "alerts", "alertbot", f"Price alert: {sym} moved {change:+.1f}% on {date} (close ${close:.2f}).")
         channel_ids = {c.name: c.id for c in _CHANNELS}
         raw.sort(key=lambda r: (r[0], r[1], r[2], r[3], r[4], r[5]))
