@@ -63,11 +63,10 @@ def main() -> None:
     import torch
 
     from mcprl.data.rules import generate
-    from mcprl.training.trainer import task_family
 
     torch.set_num_threads(args.threads)
     held = generate(args.tasks, args.seed, heldout=True, progress=False)
-    group = (lambda s: s.ground_truth["complexity"]) if args.by == "complexity" else task_family
+    group = (lambda s: s.ground_truth["complexity"]) if args.by == "complexity" else (lambda s: s.family)
     demos = [(group(s), e["messages"]) for s, e in zip(held.samples, held.experts)]
     title = f"held-out demos ({args.tasks} tasks, seed {args.seed})"
     if args.by == "complexity":

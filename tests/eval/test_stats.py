@@ -53,6 +53,32 @@ def test_paired_counts_only_shared_tasks():
     assert paired({"a": 1.0}, {"b": 1.0}) is None
 
 
+def test_paired_by_family_counts_a_flipped_family_once():
+    """Twelve wordings of one family fixed and two other families broken: p = 0.013 over tasks, and over
+    families one up and two down, which is no evidence at all."""
+    a = {f"v{i}": 0.0 for i in range(12)} | {"r1": 1.0, "m1": 1.0, "c1": 1.0}
+    b = {f"v{i}": 1.0 for i in range(12)} | {"r1": 0.0, "m1": 0.0, "c1": 1.0}
+    families = {f"v{i}": "alert_volume" for i in range(12)} | {"r1": "revenue", "m1": "margin", "c1": "calc"}
+    test = paired(a, b, families)
+    assert (test.better, test.worse) == (12, 2) and test.p_value < 0.05
+    assert (test.families, test.families_better, test.families_worse) == (4, 1, 2)
+    assert test.families_p_value == 1.0
+    assert "over 4 task families: up 1, down 2, p = 1" in test.describe()
+    assert paired(a, b).families is None  # no families known
+    assert paired(a, b, {"v0": "alert_volume"}).families is None  # not every shared task has one
+
+
+def test_results_carry_each_tasks_family_and_compare_tests_by_it():
+    rows = [dict(r, family="even" if int(r["task_id"][-1]) % 2 == 0 else "odd") for r in rollout(mixed)]
+    results = build_results(rows)
+    assert set(results["task_family"]) == set(results["per_task"])
+    assert set(results["task_family"].values()) <= {"even", "odd"}
+    assert build_results(rollout(mixed))["task_family"] == {}  # older trajectories without a family
+    better = build_results([dict(r, family="even" if int(r["task_id"][-1]) % 2 == 0 else "odd")
+                            for r in rollout(always_correct)])
+    assert "task families: up" in render(compare_renderable(results, better, "sft", "grpo"))
+
+
 def test_results_carry_per_task_pass1_and_its_interval_and_show_them():
     results = build_results(rollout(mixed))
     assert set(results["per_task"]) == {t["task_id"] for t in rollout(mixed)}

@@ -10,7 +10,7 @@ from mcprl.data.sample import SkyRLSample
 from mcprl.training.checkpoint import TrainState
 from mcprl.training.config import AlgoConfig, ProbeConfig, TrainConfig
 from mcprl.training.rollout import RolloutResult
-from mcprl.training.trainer import grpo_prompts, prompt_stream, task_family
+from mcprl.training.trainer import grpo_prompts, prompt_stream
 
 
 def task(i: int, family: str) -> SkyRLSample:
@@ -78,17 +78,17 @@ def test_grpo_draws_only_from_the_families_the_warm_start_fails(tmp_path):
     assert Counter(i.rsplit("-", 1)[0] for i in probed) == {"solved": 4, "half": 4, "failed": 4, "tiny": 1}
     assert state.probe["solved"] == 1.0 and state.probe["failed"] == 0.0 and state.probe["tiny"] == 0.0
     assert 0 < state.probe["half"] < 1
-    assert {task_family(t) for t in chosen} == {"half", "failed", "tiny"}
+    assert {t.family for t in chosen} == {"half", "failed", "tiny"}
     assert len(chosen) == SIZES["half"] + SIZES["failed"] + SIZES["tiny"]  # every task of a kept family, probed or not
 
 
 def test_keep_below_sets_how_bad_a_family_must_be(tmp_path):
     chosen, _, _ = pool(tmp_path, ProbeConfig(per_family=4, keep_below=0.1))
-    assert {task_family(t) for t in chosen} == {"failed", "tiny"}
+    assert {t.family for t in chosen} == {"failed", "tiny"}
 
 
 def test_a_warm_start_that_solves_everything_keeps_every_task(tmp_path):
-    solved = [t for t in TASKS if task_family(t) == "solved"]
+    solved = [t for t in TASKS if t.family == "solved"]
     chosen, _, _ = pool(tmp_path, ProbeConfig(per_family=2), tasks=solved)
     assert sorted(ids(chosen)) == sorted(ids(solved))
 
@@ -103,19 +103,19 @@ def test_a_resumed_run_keeps_its_pool_without_probing_again(tmp_path):
     _, _, state = pool(tmp_path, ProbeConfig(per_family=4))
     state.grpo_step = 2  # as read back from a GRPO checkpoint
     chosen, runs, _ = pool(tmp_path, ProbeConfig(per_family=4), state=state)
-    assert runs == [] and {task_family(t) for t in chosen} == {"half", "failed", "tiny"}
+    assert runs == [] and {t.family for t in chosen} == {"half", "failed", "tiny"}
 
 
 @pytest.mark.parametrize(("share", "focus_positions"), [(1 / 3, {2, 5, 8, 11}), (0.5, {1, 3, 5, 7, 9, 11})])
 def test_share_mixes_the_failed_families_into_every_task_at_fixed_positions(tmp_path, share, focus_positions):
     stream, _, state = prompts(tmp_path, ProbeConfig(per_family=4, share=share))
     drawn = list(islice(stream, 12))
-    failed = [t for t in TASKS if task_family(t) in {"half", "failed", "tiny"}]
+    failed = [t for t in TASKS if t.family in {"half", "failed", "tiny"}]
     focus = [drawn[i] for i in sorted(focus_positions)]
     rest = [t for i, t in enumerate(drawn) if i not in focus_positions]
     assert ids(focus) == ids(islice(prompt_stream(failed, 0, "stratified"), len(focus)))
     assert ids(rest) == ids(islice(prompt_stream(TASKS, 0, "stratified"), len(rest)))
-    assert any(task_family(t) == "solved" for t in rest)  # the whole pool keeps the solved families in play
+    assert any(t.family == "solved" for t in rest)  # the whole pool keeps the solved families in play
 
     state.grpo_step = 4  # resumed: the same probe, the same stream, nothing probed again
     resumed, runs, _ = prompts(tmp_path, ProbeConfig(per_family=4, share=share), state=state)

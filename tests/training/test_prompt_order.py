@@ -5,7 +5,7 @@ from collections import Counter
 from itertools import islice
 
 from mcprl.data.sample import SkyRLSample
-from mcprl.training.trainer import prompt_stream, task_family
+from mcprl.training.trainer import prompt_stream
 
 
 def task(i: int, family: str | None, source: str = "rules/test") -> SkyRLSample:
@@ -24,7 +24,7 @@ def ids(stream, n: int) -> list[str]:
 
 def test_stratified_draws_every_family_before_repeating_one():
     order = list(islice(prompt_stream(TASKS, seed=3, order="stratified"), len(TASKS)))
-    families = [task_family(t) for t in order]
+    families = [t.family for t in order]
     assert set(families[:4]) == set(SIZES)  # the first four draws: one task of each family
     assert set(families[4:7]) == {"a", "b", "c"}  # then the families that still have tasks
     assert Counter(families) == Counter(SIZES)  # an epoch still draws every task exactly once
@@ -33,7 +33,7 @@ def test_stratified_draws_every_family_before_repeating_one():
 
 def test_shuffle_clusters_families_where_stratified_does_not():
     def families_in_first_draws(order: str, seed: int) -> int:
-        return len({task_family(t) for t in islice(prompt_stream(TASKS, seed, order), len(SIZES))})
+        return len({t.family for t in islice(prompt_stream(TASKS, seed, order), len(SIZES))})
 
     assert all(families_in_first_draws("stratified", s) == len(SIZES) for s in range(20))
     assert sum(families_in_first_draws("shuffle", s) < len(SIZES) for s in range(20)) > 10
@@ -55,5 +55,5 @@ def test_shuffle_keeps_the_shuffled_order_of_earlier_runs():
 
 
 def test_family_falls_back_to_the_data_source():
-    assert task_family(task(0, None, source="llm/weather")) == "llm/weather"
-    assert task_family(task(0, "pe_ratio")) == "pe_ratio"
+    assert task(0, None, source="llm/weather").family == "llm/weather"
+    assert task(0, "pe_ratio").family == "pe_ratio"

@@ -31,6 +31,12 @@ class SkyRLSample:
     def task_id(self) -> str:
         return self.ground_truth["task_id"]
 
+    @property
+    def family(self) -> str:
+        """The rule generator's template, else the data source (LLM-generated and converted tasks have no
+        template): the unit a small model tends to solve or fail as a whole."""
+        return str(self.extra_info.get("template") or self.data_source)
+
     def to_dict(self) -> dict[str, Any]:
         return {"data_source": self.data_source, "env_class": self.env_class, "prompt": self.prompt,
                 "reward_spec": self.reward_spec, "extra_info": self.extra_info}

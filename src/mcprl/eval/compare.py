@@ -57,7 +57,7 @@ def paired_results(a: Mapping[str, Any], b: Mapping[str, Any]) -> Paired | None:
     share no task)."""
     if "per_task" not in a or "per_task" not in b:
         return None
-    return paired(a["per_task"], b["per_task"])
+    return paired(a["per_task"], b["per_task"], {**a.get("task_family", {}), **b.get("task_family", {})})
 
 
 def paired_evals(evals: Mapping[str, Mapping[str, Any]]) -> dict[str, Paired]:

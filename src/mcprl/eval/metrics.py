@@ -72,6 +72,7 @@ def aggregate(
         "k": max(ks),
         "ks": list(ks),
         "per_task": {task: float(np.mean(s)) for task, s in sorted(per_task.items())},
+        "task_family": {t.task_id: t.family for t in sorted(trajs, key=lambda t: t.task_id) if t.family is not None},
     }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 Z95 = 1.959964
@@ -43,22 +43,47 @@ class Paired:
     same: int
     delta: float  # mean per-task pass@1 of B minus A, over the shared tasks
     p_value: float
+    # The same test over task families (a family's summed pass@1 went up, down or stayed), None when the
+    # tasks have no family: a small model fails a template's chain as a whole, so its tasks are not
+    # independent and the task-level p value overstates the evidence when a family flips.
+    families: int | None = None
+    families_better: int | None = None
+    families_worse: int | None = None
+    families_p_value: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def describe(self, name_a: str = "A", name_b: str = "B") -> str:
-        return (f"{name_b} vs {name_a}, paired over {self.tasks} tasks: better on {self.better}, worse on "
+        text = (f"{name_b} vs {name_a}, paired over {self.tasks} tasks: better on {self.better}, worse on "
                 f"{self.worse}, same on {self.same}; pass@1 {self.delta * 100:+.1f}pp, sign test p = {self.p_value:.2g}")
+        if self.families is not None:
+            text += (f"; over {self.families} task families: up {self.families_better}, down "
+                     f"{self.families_worse}, p = {self.families_p_value:.2g}")
+        return text
 
 
-def paired(a: Mapping[str, float], b: Mapping[str, float]) -> Paired | None:
-    """Compare per-task pass@1 maps (task id -> rate); None when the evals share no task."""
+def paired(a: Mapping[str, float], b: Mapping[str, float], families: Mapping[str, str] | None = None) -> Paired | None:
+    """Compare per-task pass@1 maps (task id -> rate), and by family when `families` (task id -> family)
+    names every shared task; None when the evals share no task."""
     shared = sorted(set(a) & set(b))
     if not shared:
         return None
-    diffs = [b[t] - a[t] for t in shared]
-    better = sum(d > 1e-12 for d in diffs)
-    worse = sum(d < -1e-12 for d in diffs)
-    return Paired(len(shared), better, worse, len(shared) - better - worse, sum(diffs) / len(shared),
-                  sign_test(better, worse))
+    better, worse = _changes({t: (a[t], b[t]) for t in shared})
+    test = Paired(len(shared), better, worse, len(shared) - better - worse,
+                  sum(b[t] - a[t] for t in shared) / len(shared), sign_test(better, worse))
+    if not families or any(t not in families for t in shared):
+        return test
+    sums: dict[str, tuple[float, float]] = {}
+    for t in shared:
+        sa, sb = sums.get(families[t], (0.0, 0.0))
+        sums[families[t]] = (sa + a[t], sb + b[t])
+    up, down = _changes(sums)
+    return replace(test, families=len(sums), families_better=up, families_worse=down,
+                   families_p_value=sign_test(up, down))
+
+
+def _changes(pairs: Mapping[str, tuple[float, float]]) -> tuple[int, int]:
+    """How many (a, b) pairs went up and how many went down."""
+    diffs = [b - a for a, b in pairs.values()]
+    return sum(d > 1e-12 for d in diffs), sum(d < -1e-12 for d in diffs)

@@ -45,6 +45,7 @@ class Trajectory(BaseModel):
     sample_idx: int = 0
     data_source: str = "unknown"
     complexity: str = "unknown"
+    family: str | None = None  # the task's template (rules) or data source: see SkyRLSample.family
     input_prompt: list[dict[str, Any]] = Field(default_factory=list)
     output_response: str = ""
     turns: list[Turn] = Field(default_factory=list)

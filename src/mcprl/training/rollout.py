@@ -120,7 +120,7 @@ def trajectory_record(sample: SkyRLSample, sample_idx: int, output: dict[str, An
     answers = [t for t in trace if t.get("kind") == "answer"]
     return {
         "task_id": sample.task_id, "sample_idx": sample_idx, "data_source": sample.data_source,
-        "complexity": gt.get("complexity"), "input_prompt": sample.prompt,
+        "complexity": gt.get("complexity"), "family": sample.family, "input_prompt": sample.prompt,
         "output_response": tokenizer.decode(response_ids, skip_special_tokens=False),
         "turns": trace, "score": [t.get("reward", 0.0) for t in trace],
         "reward": float(sum(t.get("reward", 0.0) for t in trace)), "success": success, "answered": answered,

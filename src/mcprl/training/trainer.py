@@ -81,16 +81,11 @@ def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample]
     return read_samples(train_path), read_samples(eval_path), experts_path
 
 
-def task_family(task: SkyRLSample) -> str:
-    """The rule generator's template, else the data source (LLM-generated and converted tasks have no template)."""
-    return str(task.extra_info.get("template") or task.data_source)
-
-
 def interleave_families(order: list[int], tasks: list[SkyRLSample]) -> list[int]:
     """Round-robin over the families in `order`'s order of first appearance, each family's tasks in `order`."""
     families: dict[str, list[int]] = {}
     for i in order:
-        families.setdefault(task_family(tasks[i]), []).append(i)
+        families.setdefault(tasks[i].family, []).append(i)
     queues = list(families.values())
     return [q[k] for k in range(max(map(len, queues), default=0)) for q in queues if k < len(q)]
 
@@ -272,7 +267,7 @@ def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSa
 def tasks_per_family(tasks: list[SkyRLSample], k: int, rng: random.Random) -> list[SkyRLSample]:
     families: dict[str, list[SkyRLSample]] = {}
     for task in tasks:
-        families.setdefault(task_family(task), []).append(task)
+        families.setdefault(task.family, []).append(task)
     return [t for name in sorted(families) for t in rng.sample(families[name], min(k, len(families[name])))]
 
 
@@ -300,7 +295,7 @@ def probe_families(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], r
                   f"training tasks, {k} per family, greedy ({time.perf_counter() - t0:.0f} s)")
     solved: dict[str, list[bool]] = {}
     for task, success in zip(chosen, successes):
-        solved.setdefault(task_family(task), []).append(success)
+        solved.setdefault(task.family, []).append(success)
     return {name: sum(v) / len(v) for name, v in solved.items()}
 
 
@@ -326,7 +321,7 @@ def build_guard(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], stat
 def focus_tasks(tasks: list[SkyRLSample], rates: dict[str, float], keep_below: float) -> list[SkyRLSample]:
     """The tasks of the families probed below `keep_below`; every task when no family is."""
     keep = {name for name, rate in rates.items() if rate < keep_below}
-    return [t for t in tasks if task_family(t) in keep] or tasks
+    return [t for t in tasks if t.family in keep] or tasks
 
 
 def mixed_stream(focus: Iterator[SkyRLSample], whole: Iterator[SkyRLSample], share: float) -> Iterator[SkyRLSample]:
