@@ -5,7 +5,7 @@ evals of the same tasks. On 24 tasks one task is 4.2 points and the interval aro
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -69,7 +69,7 @@ def paired(a: Mapping[str, float], b: Mapping[str, float], families: Mapping[str
     shared = sorted(set(a) & set(b))
     if not shared:
         return None
-    better, worse = _changes({t: (a[t], b[t]) for t in shared})
+    better, worse = _changes((a[t], b[t]) for t in shared)
     test = Paired(len(shared), better, worse, len(shared) - better - worse,
                   sum(b[t] - a[t] for t in shared) / len(shared), sign_test(better, worse))
     if not families or any(t not in families for t in shared):
@@ -78,12 +78,12 @@ def paired(a: Mapping[str, float], b: Mapping[str, float], families: Mapping[str
     for t in shared:
         sa, sb = sums.get(families[t], (0.0, 0.0))
         sums[families[t]] = (sa + a[t], sb + b[t])
-    up, down = _changes(sums)
+    up, down = _changes(sums.values())
     return replace(test, families=len(sums), families_better=up, families_worse=down,
                    families_p_value=sign_test(up, down))
 
 
-def _changes(pairs: Mapping[str, tuple[float, float]]) -> tuple[int, int]:
+def _changes(pairs: Iterable[tuple[float, float]]) -> tuple[int, int]:
     """How many (a, b) pairs went up and how many went down."""
-    diffs = [b - a for a, b in pairs.values()]
+    diffs = [b - a for a, b in pairs]
     return sum(d > 1e-12 for d in diffs), sum(d < -1e-12 for d in diffs)
