@@ -68,14 +68,17 @@ def test_paired_by_family_counts_a_flipped_family_once():
     assert paired(a, b, {"v0": "alert_volume"}).families is None  # not every shared task has one
 
 
+def with_families(rows: list[dict]) -> list[dict]:
+    """Trajectories labelled with a family by their task id's last digit: even or odd."""
+    return [dict(r, family="even" if int(r["task_id"][-1]) % 2 == 0 else "odd") for r in rows]
+
+
 def test_results_carry_each_tasks_family_and_compare_tests_by_it():
-    rows = [dict(r, family="even" if int(r["task_id"][-1]) % 2 == 0 else "odd") for r in rollout(mixed)]
-    results = build_results(rows)
+    results = build_results(with_families(rollout(mixed)))
     assert set(results["task_family"]) == set(results["per_task"])
     assert set(results["task_family"].values()) <= {"even", "odd"}
     assert build_results(rollout(mixed))["task_family"] == {}  # older trajectories without a family
-    better = build_results([dict(r, family="even" if int(r["task_id"][-1]) % 2 == 0 else "odd")
-                            for r in rollout(always_correct)])
+    better = build_results(with_families(rollout(always_correct)))
     assert "task families: up" in render(compare_renderable(results, better, "sft", "grpo"))
 
 
