@@ -46,7 +46,7 @@ def one(variant: str, checkpoint: Path, prompts: int, batches: int) -> dict[str,
     policy = build_policy(cfg)
     load_weights(checkpoint, policy.model)
     tasks, _, _ = prepare_data(cfg)
-    stream = prompt_stream(tasks, cfg.run.seed)
+    stream = prompt_stream(tasks, cfg.run.seed, cfg.algo.prompt_order)
     sampling = policy.rollouts.sampling(cfg.rollout.temperature)
     wall, generated, episodes = 0.0, 0, 0
     for _ in range(batches):

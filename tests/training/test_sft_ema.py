@@ -54,7 +54,7 @@ def test_warm_start_is_the_moving_average_and_a_resume_restores_it(tmp_path, tok
     cfg, experts = _setup(tmp_path)
     policy, run_dir = _policy(tokenizer), tmp_path / "run"
     steps = Snapshots(policy.model)
-    run_sft(policy, cfg, experts, TrainState(), run_dir, CallbackList([steps]), None, Clock())
+    run_sft(policy, cfg, experts, [], TrainState(), run_dir, CallbackList([steps]), None, Clock())
     expected = steps.seen[0]
     for weights in steps.seen[1:]:
         expected = [DECAY * e + (1 - DECAY) * w for e, w in zip(expected, weights)]
@@ -66,11 +66,11 @@ def test_warm_start_is_the_moving_average_and_a_resume_restores_it(tmp_path, tok
     crashed = _policy(tokenizer)
     cfg.run.output_dir = str(tmp_path / "crashed")
     with pytest.raises(KeyboardInterrupt):
-        run_sft(crashed, cfg, experts, TrainState(), tmp_path / "crashed", CallbackList([Snapshots(crashed.model, 3)]),
+        run_sft(crashed, cfg, experts, [], TrainState(), tmp_path / "crashed", CallbackList([Snapshots(crashed.model, 3)]),
                 None, Clock())
     checkpoint = tmp_path / "crashed" / "checkpoints" / "step_sft_2"
     resumed = _policy(tokenizer)
-    run_sft(resumed, cfg, experts, read_state(checkpoint), tmp_path / "crashed", CallbackList(), checkpoint, Clock())
+    run_sft(resumed, cfg, experts, [], read_state(checkpoint), tmp_path / "crashed", CallbackList(), checkpoint, Clock())
     for got, want in zip(resumed.model.parameters(), final):
         torch.testing.assert_close(got.detach(), want, rtol=0, atol=1e-6)
 

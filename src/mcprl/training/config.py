@@ -27,7 +27,7 @@ from mcprl.data.sample import FORMATS as DATA_FORMATS
 from mcprl.envs.config import EnvConfig
 
 LRSchedule = Literal["constant", "cosine"]  # the schedules `trainer.optimizer_for` implements
-PromptOrder = Literal["shuffle", "stratified"]  # the orders `trainer.prompt_stream` implements
+PromptOrder = Literal["shuffle", "stratified"]  # the orders `trainer.prompt_stream` and `sft.batches` implement
 
 # Sections of the recipe layout: each file holds its own sections plus, optionally, the shared ones.
 RECIPE_FILES = {"model.yaml": ("model", "finetune"), "algo_grpo.yaml": ("algo", "sft"),
@@ -125,6 +125,10 @@ class SFTConfig:
     micro_batch_size: int = opt(1, "Demonstrations per forward/backward when batch_size > 1 (peak memory; a full "
                                    "fine-tune of 4 x 1024 tokens peaks at 7.4 GB with 4, 4.7 GB with 1, same speed).")
     max_seq_len: int = opt(1024, "Longer demonstrations are truncated to this many tokens.")
+    order: PromptOrder = opt(
+        "stratified", "Order of the demonstrations each pass: stratified (seeded shuffle, then round-robin over "
+                      "their tasks' families) or shuffle (length-bucketed batches). A shuffle's first 150 of 300 "
+                      "demos held 3 of one family, which the warm start then failed (docs/benchmarks.md).")
     warmup_steps: int = opt(3, "Linear warm-up steps.")
     lr_scheduler: LRSchedule = opt(
         "constant", "Learning-rate schedule after warm-up (cosine decays to 0 at max_steps or the last epoch).")

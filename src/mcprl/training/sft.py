@@ -13,13 +13,14 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mcprl.training.logprobs import detachable_prefix, selected_token_logprobs
+from mcprl.training.ordering import interleave_families
 
 
 @dataclass
@@ -54,12 +55,21 @@ def tokenize_conversation(messages: list[dict[str, str]], tokenizer: PreTrainedT
     return SFTExample(enc["input_ids"][:max_seq_len], mask[:max_seq_len])
 
 
-def batches(examples: list[SFTExample], batch_size: int, rng: random.Random) -> Iterator[list[SFTExample]]:
-    """Length-bucketed batches (little padding) in a seeded random order, forever."""
+def batches(examples: list[SFTExample], batch_size: int, rng: random.Random,
+            families: Sequence[str] | None = None) -> Iterator[list[SFTExample]]:
+    """Batches in a fresh seeded order every pass, forever. Without `families` (one per example) they are
+    length-bucketed (little padding) and shuffled; with them, a shuffle dealt round-robin over the families
+    (sft.order: stratified), so any stretch of steps spans the families."""
     while True:
-        order = sorted(range(len(examples)), key=lambda i: (len(examples[i].input_ids), rng.random()))
-        chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-        rng.shuffle(chunks)
+        if families is None:
+            order = sorted(range(len(examples)), key=lambda i: (len(examples[i].input_ids), rng.random()))
+            chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+            rng.shuffle(chunks)
+        else:
+            order = list(range(len(examples)))
+            rng.shuffle(order)
+            order = interleave_families(order, families)
+            chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
         for chunk in chunks:
             yield [examples[i] for i in chunk]
 

@@ -41,6 +41,7 @@ from mcprl.training.config import AlgoConfig, LRSchedule, PromptOrder, TrainConf
 from mcprl.training.devices import release_memory, rss_gb
 from mcprl.training.guard import Guard
 from mcprl.training.guidance import add_expert_demos, demo_turns
+from mcprl.training.ordering import interleave_families
 from mcprl.training.policy import Policy, build_policy
 from mcprl.training.reference import kl_reference
 from mcprl.training.rollout import RolloutResult, episode_progress
@@ -81,15 +82,6 @@ def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample]
     return read_samples(train_path), read_samples(eval_path), experts_path
 
 
-def interleave_families(order: list[int], tasks: list[SkyRLSample]) -> list[int]:
-    """Round-robin over the families in `order`'s order of first appearance, each family's tasks in `order`."""
-    families: dict[str, list[int]] = {}
-    for i in order:
-        families.setdefault(tasks[i].family, []).append(i)
-    queues = list(families.values())
-    return [q[k] for k in range(max(map(len, queues), default=0)) for q in queues if k < len(q)]
-
-
 def prompt_stream(tasks: list[SkyRLSample], seed: int, order: PromptOrder) -> Iterator[SkyRLSample]:
     """Tasks in a fresh seeded order every epoch; position n is reproducible from (seed, n).
 
@@ -101,7 +93,7 @@ def prompt_stream(tasks: list[SkyRLSample], seed: int, order: PromptOrder) -> It
         positions = list(range(len(tasks)))
         random.Random(f"{seed}:grpo:{epoch}").shuffle(positions)
         if order == "stratified":
-            positions = interleave_families(positions, tasks)
+            positions = interleave_families(positions, [t.family for t in tasks])
         yield from (tasks[i] for i in positions)
         epoch += 1
 
@@ -142,17 +134,19 @@ def evaluate(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir
 
 # ------------------------------------------------------------------------------------------------ SFT
 
-def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, state: TrainState, run_dir: Path,
-            callbacks: CallbackList, resume_from: Path | None, clock: Clock) -> None:
-    examples = [tokenize_conversation(e["messages"], policy.tokenizer, cfg.sft.max_seq_len)
-                for e in load_experts(experts_path)]
+def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, train_tasks: list[SkyRLSample], state: TrainState,
+            run_dir: Path, callbacks: CallbackList, resume_from: Path | None, clock: Clock) -> None:
+    experts = load_experts(experts_path)
+    examples = [tokenize_conversation(e["messages"], policy.tokenizer, cfg.sft.max_seq_len) for e in experts]
+    family_of = {t.task_id: t.family for t in train_tasks}  # a demo of no training task: a family of its own
+    families = [family_of.get(e.get("task_id"), "") for e in experts] if cfg.sft.order == "stratified" else None
     total = cfg.sft.max_steps or max(1, math.ceil(cfg.sft.epochs * len(examples) / cfg.sft.batch_size))
     opt, sched = optimizer_for(policy, cfg.sft.lr, 0.0, cfg.sft.warmup_steps, total, cfg.sft.lr_scheduler)
     generators = {"engine": policy.engine.generator}
     averaged = WeightAverage(policy.trainable_parameters(), cfg.sft.ema_decay) if cfg.sft.ema_decay else None
     if resume_from is not None:
         load_checkpoint(resume_from, policy.model, opt, sched, generators, averaged)
-    stream = batches(examples, cfg.sft.batch_size, random.Random(f"{cfg.run.seed}:sft"))
+    stream = batches(examples, cfg.sft.batch_size, random.Random(f"{cfg.run.seed}:sft"), families)
     for _ in range(state.sft_batches_drawn):
         next(stream)
     policy.model.train()
@@ -464,7 +458,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
         if cfg.eval.before and "base" not in state.evals:
             state.evals["base"] = _eval(policy, cfg, eval_tasks, run_dir, "base", callbacks, clock)
         if state.phase == "sft":
-            run_sft(policy, cfg, experts_path, state, run_dir, callbacks, checkpoint, clock)
+            run_sft(policy, cfg, experts_path, train_tasks, state, run_dir, callbacks, checkpoint, clock)
             state.phase = "grpo"
             if cfg.eval.after_sft:
                 state.evals["sft"] = _eval(policy, cfg, eval_tasks, run_dir, "sft", callbacks, clock)
