@@ -159,7 +159,7 @@ def test_wrong_answer_is_penalised():
 
 def test_correct_answer_without_the_required_tool_is_not_a_solve():
     out = step(quote_task(), RewardState(), format_answer("187.42"))
-    assert out["components"] == {"ungrounded_answer": 0.0} and not out["task_complete"]
+    assert out["components"] == {"ungrounded_answer": -0.3} and not out["task_complete"]
     relaxed = HeuristicWeights(require_grounding=False)
     assert step(quote_task(), RewardState(), format_answer("187.42"), weights=relaxed)["task_complete"]
 
@@ -306,3 +306,15 @@ def test_giving_up_after_good_calls_earns_no_more_than_a_blind_wrong_answer():
     guess = step(gt, RewardState(), format_answer("1.00"), None)["total_reward"]
     assert sum(stall) == pytest.approx(0.5 - 0.8)
     assert sum(stall) <= guess == pytest.approx(-0.3)
+
+
+def test_an_answer_that_skips_a_required_post_earns_no_more_than_a_wrong_one():
+    """GRPO learned to skip the post of "compute X, post it, answer X" while this paid 0.5 (docs/rewards.md)."""
+    gt = quote_task(success={"must_call_tool": "get_last_quote",
+                             "must_call_with": [{"tool": "post_message", "params": {"channel": "general"}}]})
+    skipped, wrong = RewardState(), RewardState()
+    for state, answer in ((skipped, "187.42"), (wrong, "150.00")):
+        step(gt, state, quote_call(), OK)
+        out = step(gt, state, format_answer(answer))
+        assert not out["task_complete"]
+    assert skipped.episode_return <= wrong.episode_return

@@ -56,7 +56,7 @@ class HeuristicWeights:
     wrong_answer: float = -0.3  # an answer that does not match gt["answer"]
     premature_answer: float = -0.3  # an answer to an answer-free task before its steps are done
     unanswered: float = -0.8  # the episode ended (max turns) unanswered: <= wrong_answer - shaping_cap (see episode_end)
-    ungrounded_answer: float = 0.0  # a correct answer before the required tools were called ok
+    ungrounded_answer: float = -0.3  # a correct answer before the required calls were made ok: = wrong_answer
     shaping_cap: float = 0.5  # most positive shaping an episode can earn
     penalty_cap: float = 0.4  # most negative shaping an episode can accumulate
     require_grounding: bool = True  # a correct answer counts only after must_call tool(s) returned ok
