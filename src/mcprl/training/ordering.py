@@ -1,9 +1,7 @@
-"""Orders that deal a seeded shuffle round-robin over task families (SFT's demos, GRPO's prompts).
+"""Orders that deal a seeded shuffle round-robin over task families (GRPO's prompts; SFT's demos on request).
 
-A small model learns or fails a task family as a whole, so a few hundred demos or a few prompts a step
-should span the families rather than follow a shuffle's clusters: with 300 demos over 17 families, a
-shuffle's first 150 held 3 of one family and 15 of another, and the warm start failed the 3-demo
-family on every held-out task (docs/benchmarks.md, "SFT demos in family order").
+A small model learns or fails a task family as a whole, so a few prompts a step should span the
+families rather than follow a shuffle's clusters (docs/training.md, "Prompt order").
 """
 
 from __future__ import annotations
