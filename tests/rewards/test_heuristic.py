@@ -309,7 +309,8 @@ def test_giving_up_after_good_calls_earns_no_more_than_a_blind_wrong_answer():
 
 
 def test_an_answer_that_skips_a_required_post_earns_no_more_than_a_wrong_one():
-    """GRPO learned to skip the post of "compute X, post it, answer X" while this paid 0.5 (docs/rewards.md)."""
+    """At 0.0 a correct answer that skipped the post of "compute X, post it, answer X" kept its shaping (0.5)
+    and out-earned a wrong answer (0.2), so GRPO would favour skipping in a group holding both (docs/rewards.md)."""
     gt = quote_task(success={"must_call_tool": "get_last_quote",
                              "must_call_with": [{"tool": "post_message", "params": {"channel": "general"}}]})
     skipped, wrong = RewardState(), RewardState()

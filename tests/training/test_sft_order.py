@@ -4,7 +4,9 @@ import random
 from collections import Counter
 from itertools import islice
 
+from mcprl.data.sample import SkyRLSample
 from mcprl.training.sft import SFTExample, batches
+from mcprl.training.trainer import demo_families
 
 SIZES = {"a": 12, "b": 6, "c": 3, "d": 2}
 FAMILIES = [f for f, n in SIZES.items() for _ in range(n)]
@@ -36,3 +38,10 @@ def test_every_pass_draws_every_demo_once_in_a_fresh_seeded_order():
 def test_batches_of_several_demos_take_consecutive_draws():
     singles, pairs = drawn(5, 8), drawn(5, 4, batch_size=2)
     assert pairs == singles
+
+
+def test_a_demo_takes_its_tasks_family_and_a_demo_of_no_training_task_the_family_of_none():
+    tasks = [SkyRLSample("rules/test", [{"role": "user", "content": "q"}], {"ground_truth": {"task_id": f"t{i}"}},
+                         {"template": family}) for i, family in enumerate(["pe_ratio", "sector"])]
+    demos = [{"task_id": "t1", "messages": []}, {"task_id": "elsewhere", "messages": []}, {"messages": []}]
+    assert demo_families(demos, tasks) == ["sector", "", ""]

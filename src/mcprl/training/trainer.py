@@ -134,12 +134,17 @@ def evaluate(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir
 
 # ------------------------------------------------------------------------------------------------ SFT
 
+def demo_families(experts: list[dict[str, Any]], train_tasks: list[SkyRLSample]) -> list[str]:
+    """Each demo's task family; a demo of no training task shares the family "" with the others like it."""
+    family_of = {t.task_id: t.family for t in train_tasks}
+    return [family_of.get(e.get("task_id"), "") for e in experts]
+
+
 def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, train_tasks: list[SkyRLSample], state: TrainState,
             run_dir: Path, callbacks: CallbackList, resume_from: Path | None, clock: Clock) -> None:
     experts = load_experts(experts_path)
     examples = [tokenize_conversation(e["messages"], policy.tokenizer, cfg.sft.max_seq_len) for e in experts]
-    family_of = {t.task_id: t.family for t in train_tasks}  # a demo of no training task: a family of its own
-    families = [family_of.get(e.get("task_id"), "") for e in experts] if cfg.sft.order == "stratified" else None
+    families = demo_families(experts, train_tasks) if cfg.sft.order == "stratified" else None
     total = cfg.sft.max_steps or max(1, math.ceil(cfg.sft.epochs * len(examples) / cfg.sft.batch_size))
     opt, sched = optimizer_for(policy, cfg.sft.lr, 0.0, cfg.sft.warmup_steps, total, cfg.sft.lr_scheduler)
     generators = {"engine": policy.engine.generator}
