@@ -85,7 +85,7 @@ def test_process_count_is_bounded():
         "import os, time\nn = 0\ntry:\n    while n < 1000:\n        if os.fork() == 0:\n            time.sleep(30)\n"
         "            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)"
     )
-    uid = sandbox.NOBODY if ISO.runs_as == "nobody" else os.getuid()
+    uid = sandbox.run_uid(ISO)
     before = sandbox._tasks_of(uid)
     r = sandbox.run_python(code, timeout_s=10)
     assert _none_left()

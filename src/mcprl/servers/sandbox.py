@@ -136,6 +136,11 @@ def _user_kwargs(iso: Isolation) -> dict:
     return {"user": iso.user, "group": iso.user, "extra_groups": []} if iso.user is not None else {}
 
 
+def run_uid(iso: Isolation) -> int:
+    """The uid a sandbox run's tasks count against (RLIMIT_NPROC is per uid)."""
+    return NOBODY if iso.runs_as == "nobody" else os.getuid()
+
+
 def _tasks_of(uid: int) -> int:
     """Threads currently owned by `uid`: RLIMIT_NPROC counts them all, so the limit sits above this."""
     count = 0
@@ -159,8 +164,7 @@ def _rlimits(iso: Isolation, limits: SandboxLimits, timeout_s: float) -> dict[st
         "RLIMIT_CORE": 0,
     }
     if iso.nproc_enforced:
-        uid = NOBODY if iso.runs_as == "nobody" else os.getuid()
-        out["RLIMIT_NPROC"] = _tasks_of(uid) + limits.max_processes
+        out["RLIMIT_NPROC"] = _tasks_of(run_uid(iso)) + limits.max_processes
     return out
 
 
