@@ -96,6 +96,7 @@ def test_later_overrides_win_and_yaml_floats_without_dot_are_numbers(tmp_path):
     ("algo.guard.every=-1", "algo.guard.every must be >= 0 (0: off), got -1"),
     ("algo.guard.per_family=0", "algo.guard.per_family must be >= 1, got 0"),
     ("algo.guard.tolerance=1", "algo.guard.tolerance must be in [0, 1), got 1"),
+    ("algo.negative_weight=1.5", "algo.negative_weight must be in [0, 1], got 1.5"),
     ("rollout.temperature=0", "rollout.temperature must be > 0 for GRPO"),
     ("rollout.max_idle_turns=0", "rollout.max_idle_turns must be >= 1 or null, got 0"),
     ("rollout.vllm.max_model_len=1024", "rollout.vllm.max_model_len (1024) must be >= max_input_length"),

@@ -1,5 +1,6 @@
-"""GRPO's update on a tiny model: on-policy ratios of 1, zero-advantage groups skipped, and the detached
-prompt giving the same loss and ratios with a gradient that differs only in the prompt's path."""
+"""GRPO's update on a tiny model: on-policy ratios of 1, zero-advantage groups skipped, the detached
+prompt giving the same loss and ratios with a gradient that differs only in the prompt's path, and
+`algo.negative_weight` scaling only the advantages below a group's mean."""
 
 import copy
 
@@ -74,3 +75,17 @@ def test_ratio_std_resolves_the_tiny_spread_of_on_policy_ratios():
     metrics, _ = _update(model, batch, detach_prompt=False)
     assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
     assert metrics["ratio_std"] == pytest.approx(1e-6, rel=0.2)
+
+
+def test_negative_weight_scales_only_the_advantages_below_the_group_mean():
+    model = tiny_llama()
+    batch = _batch(model, [1.0, 0.0, 0.0, 1.0])
+    config = grpo.skyrl_algorithm_config(AlgoConfig(), 1.0)
+    plain = grpo.advantages(batch, config)
+    half = grpo.advantages(batch, config, 0.5)
+    assert (plain > 0).any() and (plain < 0).any()
+    assert torch.equal(half[plain >= 0], plain[plain >= 0])
+    assert torch.allclose(half[plain < 0], 0.5 * plain[plain < 0])
+    metrics, step = _update(model, batch, negative_weight=0.0)
+    assert metrics["active_rows"] == 2  # the two failed rows no longer train
+    assert step.norm() > 0

@@ -83,11 +83,13 @@ def build_batch(output: dict[str, Any], group_ids: list[str]) -> GRPOBatch:
     )
 
 
-def advantages(batch: GRPOBatch, config: AlgorithmConfig) -> torch.Tensor:
+def advantages(batch: GRPOBatch, config: AlgorithmConfig, negative_weight: float = 1.0) -> torch.Tensor:
+    """SkyRL's estimator, then negative advantages scaled by `negative_weight` (algo.negative_weight)."""
     index = np.array(batch.group_ids, dtype=object)
     adv, _ = compute_advantages_and_returns(
         token_level_rewards=batch.token_rewards, response_mask=batch.loss_mask, index=index,
         adv_estimator=config.advantage_estimator, config=config, grpo_norm_by_std=config.grpo_norm_by_std)
+    adv = torch.where(adv < 0, adv * negative_weight, adv)
     return adv * batch.loss_mask
 
 
@@ -163,7 +165,7 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
         metrics["ref_kl"] = float((kl * batch.loss_mask).sum() / total_tokens)
         if config.use_kl_in_reward:
             batch.token_rewards = batch.token_rewards - algo.kl_coef * kl
-    adv = advantages(batch, config)
+    adv = advantages(batch, config, algo.negative_weight)
     boundaries = _group_boundaries(batch.group_ids)
     scaled = apply_loss_reduction_to_advantages_minibatch(
         adv, batch.loss_mask, config.loss_reduction, algo.micro_batch_size, batch.loss_mask.shape[1],
