@@ -97,6 +97,7 @@ def test_later_overrides_win_and_yaml_floats_without_dot_are_numbers(tmp_path):
     ("algo.guard.per_family=0", "algo.guard.per_family must be >= 1, got 0"),
     ("algo.guard.tolerance=1", "algo.guard.tolerance must be in [0, 1), got 1"),
     ("algo.negative_weight=1.5", "algo.negative_weight must be in [0, 1], got 1.5"),
+    ("algo.credit=turns", "algo.credit='turns' is not one of: episode, turn; did you mean 'turn'?"),
     ("rollout.temperature=0", "rollout.temperature must be > 0 for GRPO"),
     ("rollout.max_idle_turns=0", "rollout.max_idle_turns must be >= 1 or null, got 0"),
     ("rollout.vllm.max_model_len=1024", "rollout.vllm.max_model_len (1024) must be >= max_input_length"),
@@ -113,6 +114,12 @@ def test_invalid_configs_fail_at_load_with_one_clear_line(override, expected):
         load(override)
     assert expected in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_turn_credit_needs_one_advantage_per_episode():
+    assert load("algo.credit=turn").algo.credit == "turn"
+    with pytest.raises(ConfigError, match="^algo.credit=turn spreads one advantage per episode"):
+        load("algo.credit=turn", "algo.advantage_estimator=reinforce++")
 
 
 def test_lora_fields_are_checked_only_for_lora():

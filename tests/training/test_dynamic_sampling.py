@@ -28,7 +28,8 @@ class ScriptedRollouts:
         rewards = [float(i % 2) if s.task_id.startswith("mixed") else 1.0 for i, s in enumerate(samples)]
         output = {"prompt_token_ids": [[1, 2]] * len(samples), "response_ids": [[3, 4]] * len(samples),
                   "rewards": rewards, "loss_masks": [[1, 1]] * len(samples), "stop_reasons": ["stop"] * len(samples),
-                  "rollout_logprobs": [[-0.5, -0.5]] * len(samples), "rollout_metrics": {}}
+                  "rollout_logprobs": [[-0.5, -0.5]] * len(samples), "rollout_metrics": {},
+                  "env_metrics": [{"task": s.task_id, "reward": r} for s, r in zip(samples, rewards)]}
         records = [{"reward": r, "success": r > 0} for r in rewards]
         for _ in samples if on_episode else ():
             on_episode()
@@ -74,6 +75,15 @@ def test_a_task_drawn_twice_in_one_step_makes_two_groups():
 def test_replace_copies_informative_groups_over_the_rest():
     output, uids, _, batches, _ = step(["mixed-a", "solved-b"], DynamicSamplingConfig(type="replace"))
     assert len(batches) == 1 and uids == ["0:mixed-a"] * 4 and output["rewards"] == [0.0, 1.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("ds", [DynamicSamplingConfig(type=None), DynamicSamplingConfig(type="filter", max_sample_batches=5),
+                                DynamicSamplingConfig(type="replace")])
+def test_each_kept_row_keeps_its_own_env_metrics(ds):
+    """SkyRL's filter drops env_metrics and its replace leaves them stale; algo.credit reads each row's trace."""
+    output, uids, *_ = step(["solved-a", "mixed-b", "solved-c", "mixed-e", "mixed-f"], ds)
+    assert [m["task"] for m in output["env_metrics"]] == [uid.split(":")[1] for uid in uids]
+    assert [m["reward"] for m in output["env_metrics"]] == output["rewards"]
 
 
 def test_replace_samples_again_when_too_few_groups_are_informative():

@@ -1,6 +1,7 @@
 """GRPO's update on a tiny model: on-policy ratios of 1, zero-advantage groups skipped, the detached
 prompt giving the same loss and ratios with a gradient that differs only in the prompt's path, and
-`algo.negative_weight` scaling only the advantages below a group's mean."""
+`algo.negative_weight` scaling only the advantages below a group's mean, and `algo.credit: turn` training only
+the turns where a group's episodes differed."""
 
 import copy
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from mcprl.training import grpo
+from mcprl.training import credit, grpo
 from mcprl.training.config import AlgoConfig
 from mcprl.training.logprobs import selected_token_logprobs
 
@@ -81,11 +82,47 @@ def test_negative_weight_scales_only_the_advantages_below_the_group_mean():
     model = tiny_llama()
     batch = _batch(model, [1.0, 0.0, 0.0, 1.0])
     config = grpo.skyrl_algorithm_config(AlgoConfig(), 1.0)
-    plain = grpo.advantages(batch, config)
-    half = grpo.advantages(batch, config, 0.5)
+    plain, _ = grpo.advantages(batch, config)
+    half, _ = grpo.advantages(batch, config, negative_weight=0.5)
     assert (plain > 0).any() and (plain < 0).any()
     assert torch.equal(half[plain >= 0], plain[plain >= 0])
     assert torch.allclose(half[plain < 0], 0.5 * plain[plain < 0])
     metrics, step = _update(model, batch, negative_weight=0.0)
     assert metrics["active_rows"] == 2  # the two failed rows no longer train
     assert step.norm() > 0
+
+
+def _traced(batch: grpo.GRPOBatch, turns: list[list[str]]) -> grpo.GRPOBatch:
+    """The env's trace for each row: two turns (the rows' masks hold two runs of trained tokens)."""
+    batch.turn_actions = [[credit.action_key({"kind": "tool_call", "tool": name, "arguments": {}}) for name in row]
+                          for row in turns]
+    return batch
+
+
+def test_turn_credit_trains_only_the_turn_where_the_group_parted():
+    """Group g0: both rows call `a` first, then `b` (solved) or `c` (failed): the first turn carries no
+    advantage and the second the episode's. Group g1 took identical actions: nothing trains there."""
+    model = tiny_llama()
+    batch = _traced(_batch(model, [1.0, 0.0, 1.0, 0.0]), [["a", "b"], ["a", "c"], ["a", "b"], ["a", "b"]])
+    config = grpo.skyrl_algorithm_config(AlgoConfig(), 1.0)
+    episode, _ = grpo.advantages(batch, config)
+    turn, kept = grpo.advantages(batch, config, credit="turn")
+    assert kept == 0
+    first, second = slice(0, 3), slice(5, 8)
+    assert torch.equal(turn[:2, first], torch.zeros(2, 3))
+    assert torch.allclose(turn[:2, second], episode[:2, second])
+    assert torch.equal(turn[2:], torch.zeros_like(turn[2:]))
+    metrics, step = _update(model, batch, credit="turn")
+    assert metrics["active_rows"] == 2 and metrics["episode_credit_rows"] == 0
+    assert step.norm() > 0
+
+
+def test_turn_credit_keeps_the_episode_advantage_of_rows_whose_trace_does_not_match_their_turns():
+    model = tiny_llama()
+    batch = _traced(_batch(model, [1.0, 0.0, 1.0, 1.0]), [["a"], ["a", "c"], ["a", "b"], ["a", "b"]])
+    config = grpo.skyrl_algorithm_config(AlgoConfig(), 1.0)
+    episode, _ = grpo.advantages(batch, config)
+    turn, kept = grpo.advantages(batch, config, credit="turn")
+    assert kept == 1
+    assert torch.equal(turn[0], episode[0])  # one trace entry for two turns: the episode advantage stays
+    assert torch.equal(turn[1], torch.zeros_like(turn[1]))  # its own state alone: nothing to compare with

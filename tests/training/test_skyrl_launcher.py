@@ -133,6 +133,7 @@ class CharTokenizer:
     (["algo.guard.every=2"], "algo.guard.every=2: the guard's probes run in the embedded trainer only"),
     (["algo.expert_guidance=true"], "algo.expert_guidance=true: demos join failed groups in the embedded trainer only"),
     (["algo.negative_weight=0.5"], "algo.negative_weight=0.5: negative advantages are scaled in the embedded trainer"),
+    (["algo.credit=turn"], "algo.credit=turn: turn-level credit is computed in the embedded trainer only"),
     (["finetune.top_layers=10"], "finetune.top_layers=10 with mode full: SkyRL's trainer fine-tunes every weight"),
     (["algo.prompts_per_step=500"], "data.train has 300 tasks, fewer than algo.prompts_per_step=500"),
     (["algo.micro_batch_size=5"], "SkyRL rejects the configuration: normalized policy_mini_batch_size_per_gpu 12 "

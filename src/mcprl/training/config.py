@@ -225,6 +225,10 @@ class AlgoConfig:
         1.0, "Scale of negative advantages after the estimator (1: plain GRPO; 0: only episodes above their group's "
              "mean train). A failing multi-turn episode's correct calls share its negative advantage, which can teach "
              "skipping required calls (docs/benchmarks.md). Embedded trainer.")
+    credit: Literal["episode", "turn"] = opt(
+        "episode", "Where an episode's advantage goes: every token (episode: plain GRPO) or the turns where the "
+                   "group's episodes took different actions, as Q(s, a) - V(s) over the group (turn: GiGPO-style; "
+                   "needs an outcome estimator). Embedded trainer.")
     save_every: int = opt(5, "Checkpoint every N GRPO steps (0: only at the end).")
     lr_scheduler: LRSchedule = opt("constant", "Learning-rate schedule after warm-up.")
     warmup_steps: int = opt(2, "Linear warm-up steps: a full fine-tune's first AdamW step moves every weight by ~lr.")
@@ -643,6 +647,9 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
         (a.weight_decay >= 0, f"algo.weight_decay must be >= 0, got {a.weight_decay}"),
         (a.grad_clip > 0, f"algo.grad_clip must be positive, got {a.grad_clip}"),
         (0 <= a.negative_weight <= 1, f"algo.negative_weight must be in [0, 1], got {a.negative_weight}"),
+        (a.credit == "episode" or a.advantage_estimator not in ("gae", "reinforce++"),
+         f"algo.credit=turn spreads one advantage per episode over its turns; advantage_estimator "
+         f"{a.advantage_estimator} gives per-token values: use grpo, rloo or maxrl"),
         (a.eps_clip_low > 0 and a.eps_clip_high > 0, "algo.eps_clip_low and eps_clip_high must be positive"),
         (a.eps_clip_low < 1, f"algo.eps_clip_low must be < 1 (ratios clip at 1 - eps_clip_low), got {a.eps_clip_low}"),
         (a.clip_ratio_c > 1, f"algo.clip_ratio_c must be > 1, got {a.clip_ratio_c}"),

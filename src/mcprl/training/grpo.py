@@ -10,7 +10,7 @@ easy prompts are solved by every sample, and skipping them is most of the update
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ from skyrl.backends.skyrl_train.utils.ppo_utils import (
 from skyrl.train.config import AlgorithmConfig
 
 from mcprl.training.config import AlgoConfig
+from mcprl.training.credit import Key, episode_keys, turn_advantages
 from mcprl.training.logprobs import detachable_prefix, selected_token_logprobs
 
 
@@ -40,6 +41,7 @@ class GRPOBatch:
     old_logprobs: torch.Tensor  # [B, R] behaviour-policy logprobs (the rollout engine's; NaN: unknown, a demo)
     token_rewards: torch.Tensor  # [B, R] step rewards on the last token of each turn
     group_ids: list[str]
+    turn_actions: list[list[Key] | None] = field(default_factory=list)  # per row, its turns' actions (algo.credit)
 
     @property
     def size(self) -> int:
@@ -71,6 +73,7 @@ def build_batch(output: dict[str, Any], group_ids: list[str]) -> GRPOBatch:
     token_rewards = [r if isinstance(r, list) else [0.0] * (len(resp) - 1) + [float(r)]
                      for r, resp in zip(rewards, responses)]
     logprobs = output.get("rollout_logprobs")
+    env_metrics = output.get("env_metrics")
     if logprobs is None:
         raise ValueError("rollouts carry no logprobs: the engine must return them (sampling logprobs=0)")
     return GRPOBatch(
@@ -80,17 +83,25 @@ def build_batch(output: dict[str, Any], group_ids: list[str]) -> GRPOBatch:
         old_logprobs=padded([logprobs[i] for i in order], torch.float32),
         token_rewards=padded(token_rewards, torch.float32),
         group_ids=[group_ids[i] for i in order],
+        turn_actions=[episode_keys(env_metrics[i]) for i in order] if env_metrics else [],
     )
 
 
-def advantages(batch: GRPOBatch, config: AlgorithmConfig, negative_weight: float = 1.0) -> torch.Tensor:
-    """SkyRL's estimator, then negative advantages scaled by `negative_weight` (algo.negative_weight)."""
+def advantages(batch: GRPOBatch, config: AlgorithmConfig, *, negative_weight: float = 1.0,
+               credit: str = "episode") -> tuple[torch.Tensor, int]:
+    """SkyRL's estimator, moved onto the turns that made the difference when `credit` is "turn"
+    (algo.credit, mcprl.training.credit), then negative advantages scaled by `negative_weight`
+    (algo.negative_weight). Returns them and how many rows kept an episode advantage under turn credit."""
     index = np.array(batch.group_ids, dtype=object)
     adv, _ = compute_advantages_and_returns(
         token_level_rewards=batch.token_rewards, response_mask=batch.loss_mask, index=index,
         adv_estimator=config.advantage_estimator, config=config, grpo_norm_by_std=config.grpo_norm_by_std)
+    kept = 0
+    if credit == "turn":
+        actions = batch.turn_actions or [None] * batch.size
+        adv, kept = turn_advantages(adv, batch.loss_mask, batch.group_ids, actions)
     adv = torch.where(adv < 0, adv * negative_weight, adv)
-    return adv * batch.loss_mask
+    return adv * batch.loss_mask, kept
 
 
 def _micro_tensors(batch: GRPOBatch, rows: list[int], pad_id: int) -> tuple[torch.Tensor, ...]:
@@ -165,7 +176,7 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
         metrics["ref_kl"] = float((kl * batch.loss_mask).sum() / total_tokens)
         if config.use_kl_in_reward:
             batch.token_rewards = batch.token_rewards - algo.kl_coef * kl
-    adv = advantages(batch, config, algo.negative_weight)
+    adv, kept = advantages(batch, config, negative_weight=algo.negative_weight, credit=algo.credit)
     boundaries = _group_boundaries(batch.group_ids)
     scaled = apply_loss_reduction_to_advantages_minibatch(
         adv, batch.loss_mask, config.loss_reduction, algo.micro_batch_size, batch.loss_mask.shape[1],
@@ -173,6 +184,8 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
     active = [i for i in all_rows if use_kl or bool(adv[i].abs().sum() > 0)]
     loss_fn = PolicyLossRegistry.get(config.policy_loss_type)
     metrics["active_rows"] = float(len(active))
+    if algo.credit == "turn":
+        metrics["episode_credit_rows"] = float(kept)
     for _ in range(max(1, algo.epochs)):
         sums = {"loss": 0.0, "dev": 0.0, "dev_sq": 0.0, "kl": 0.0, "entropy": 0.0, "clip": 0.0, "tokens": 0.0}
         for start in range(0, len(active), algo.micro_batch_size):

@@ -160,6 +160,9 @@ def _check_supported(cfg: TrainConfig) -> None:
     if cfg.algo.negative_weight != 1.0:
         raise ConfigError(f"algo.negative_weight={cfg.algo.negative_weight}: negative advantages are scaled in the "
                           "embedded trainer only; set it to 1.0 for SkyRL's trainer")
+    if cfg.algo.credit != "episode":
+        raise ConfigError(f"algo.credit={cfg.algo.credit}: turn-level credit is computed in the embedded trainer only; "
+                          "set it to episode for SkyRL's trainer")
     if cfg.finetune.mode == "full" and cfg.finetune.top_layers is not None:
         raise ConfigError(f"finetune.top_layers={cfg.finetune.top_layers} with mode full: SkyRL's trainer fine-tunes "
                           "every weight; set top_layers: null, or use mode lora (adapters on the top layers)")

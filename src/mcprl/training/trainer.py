@@ -231,6 +231,7 @@ def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSa
                 "train_batch_size": algo.prompts_per_step, "n_samples_per_prompt": algo.group_size}
     collected: dict[str, Any] = {"sample_batch_count": 0}
     results: list[RolloutResult] = []
+    env_metrics: dict[str, list[Any]] = {}  # per group, in row order: SkyRL's filter drops the column
     while True:
         prompts = [next(stream) for _ in range(algo.prompts_per_step)]
         first = state.grpo_prompts_drawn
@@ -248,6 +249,8 @@ def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSa
         output = result.output
         if guide is not None:
             output = guide(result, uids)
+        for uid, metrics in zip(uids, output.get("env_metrics") or [None] * len(uids)):
+            env_metrics.setdefault(uid, []).append(metrics)
         collected["sample_batch_count"] += 1
         if "collected_uids" in collected and not collected["collected_uids"]:
             # an empty collection so far: start it afresh, as SkyRL's concatenation of two empty outputs
@@ -256,11 +259,24 @@ def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSa
                 collected.pop(key)
         kept, kept_uids, more, collected = handle_dynamic_sampling(output, uids, settings, collected)
         if not more:
-            return kept, kept_uids, results
+            return with_env_metrics(kept, kept_uids, env_metrics), kept_uids, results
         if collected["sample_batch_count"] >= ds.max_sample_batches:
             if collected.get("collected_uids"):  # filter: the groups with reward variance so far
-                return collected["collected_generator_output"], collected["collected_uids"], results
+                kept_uids = collected["collected_uids"]
+                return with_env_metrics(collected["collected_generator_output"], kept_uids, env_metrics), kept_uids, results
             return output, uids, results
+
+
+def with_env_metrics(output: dict[str, Any], uids: list[str], by_group: dict[str, list[Any]]) -> dict[str, Any]:
+    """The output with each row's env metrics (the turns algo.credit reads) put back after SkyRL's dynamic
+    sampling, which drops them: kept groups keep their rows' order, and a replaced group repeats a kept one's."""
+    seen: dict[str, int] = {}
+    column = []
+    for uid in uids:
+        rows = by_group[uid]
+        column.append(rows[seen.get(uid, 0) % len(rows)])
+        seen[uid] = seen.get(uid, 0) + 1
+    return {**output, "env_metrics": column}
 
 
 def tasks_per_family(tasks: list[SkyRLSample], k: int, rng: random.Random) -> list[SkyRLSample]:
