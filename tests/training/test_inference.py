@@ -80,6 +80,24 @@ def test_repeated_and_uneven_prompts_prefill_apart_and_decode_as_if_alone(smol) 
         assert max(abs(a - b) for a, b in zip(out.logprobs, alone.logprobs)) < 1e-4
 
 
+def test_decode_cache_with_room_regrows_and_drops_rows_like_a_concatenating_cache(smol, monkeypatch) -> None:
+    """The decode cache writes into spare room instead of concatenating at every step; with room for two
+    tokens it regrows mid-generation while rows of different lengths finish and leave the batch."""
+    model, tokenizer = smol
+    import mcprl.training.inference as inference
+
+    prompts = [chat(tokenizer, q) for q in QUESTIONS]
+    sampling = {"temperature": 0.8, "max_tokens": 12, "stop": ["."]}
+    monkeypatch.setattr(inference, "_SPARE_TOKENS", 2)
+    roomy = generate_batch(model, tokenizer, prompts, sampling, generator=torch.Generator().manual_seed(3))
+    monkeypatch.setattr(inference, "_with_room", lambda cache, room: cache)
+    plain = generate_batch(model, tokenizer, prompts, sampling, generator=torch.Generator().manual_seed(3))
+    assert len({len(out.token_ids) for out in plain}) > 1  # rows left the batch at different steps
+    for a, b in zip(roomy, plain):
+        assert a.token_ids == b.token_ids and a.stop_reason == b.stop_reason
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-5
+
+
 def test_logprobs_match_a_teacher_forced_forward_fp32(smol) -> None:
     model, tokenizer = smol
     prompts = [chat(tokenizer, q) for q in QUESTIONS[:2]]
@@ -235,6 +253,35 @@ def test_turns_reuse_cached_keys_values_and_weight_changes_drop_them(smol) -> No
         model.model.norm.weight.mul_(1.0)  # an optimizer step, as far as version counters can tell
     cached.generate_batch(prompts[:1], {"max_tokens": 1})
     assert len(cached.prefix_cache) == 1  # only the entry computed with the new weights
+
+
+def test_fp32_engine_generates_on_a_column_major_copy_that_follows_updates(smol) -> None:
+    """In fp32 the engine decodes on a copy whose Linear weights are stored [in, out] (faster GEMMs
+    at a few rows): the same tokens as the trainer's own model, and it follows an optimizer step."""
+    base, tokenizer = smol
+    model = copy.deepcopy(base)
+    engine = HFInferenceEngine(model, tokenizer, dtype="float32")
+    prompts = [chat(tokenizer, q) for q in QUESTIONS]
+    greedy = {"temperature": 0, "max_tokens": 8}
+
+    def same_as_the_model() -> None:
+        for out, ref in zip(engine.generate_batch(prompts, greedy), generate_batch(model, tokenizer, prompts, greedy)):
+            assert out.token_ids == ref.token_ids
+            assert max(abs(a - b) for a, b in zip(out.logprobs, ref.logprobs)) < 1e-4
+
+    same_as_the_model()
+    generating = engine._weights.copy
+    assert generating is not None and generating is not model
+    linears = [m for m in generating.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(m.weight.t().is_contiguous() and not m.weight.is_contiguous() for m in linears)
+    assert generating.lm_head.weight.data_ptr() == generating.model.embed_tokens.weight.data_ptr()  # still tied
+    assert all(p.is_contiguous() for p in model.parameters())  # the trainer's weights keep their layout
+    before = engine.generate_batch(prompts, greedy)
+    with torch.no_grad():  # in place, as an optimizer step updates parameters
+        for layer in model.model.layers:
+            layer.mlp.down_proj.weight.mul_(1.5)
+    same_as_the_model()
+    assert [o.logprobs for o in engine.generate_batch(prompts, greedy)] != [o.logprobs for o in before]
 
 
 def test_lora_model_and_bf16_copy_follow_adapter_updates(smol) -> None:

@@ -460,6 +460,59 @@ def _prefill(model: PreTrainedModel, rows: list[_Row], pad_id: int):
     return DynamicCache(ddp_cache_data=layers, config=model.config), attention, next_pos, logits
 
 
+_SPARE_TOKENS = 256  # room a decode cache grows by when it runs out
+
+
+class _SpareLayer(DynamicLayer):
+    """A decode cache layer whose keys/values are views into buffers with room for the tokens to come.
+
+    `DynamicLayer` concatenates the whole cache at every decode step: a copy of all keys and values
+    that took 35-40% of a decode step at batch 12 and ~1,100 tokens of context (fp32, 2 threads),
+    about as long as the matmuls. Attention on the views runs as fast as on contiguous tensors.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, room: int):
+        super().__init__()
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self._reserve(keys, values, room)
+
+    def _reserve(self, keys: torch.Tensor, values: torch.Tensor, room: int) -> None:
+        n = keys.shape[-2]
+        self._keys = keys.new_empty((*keys.shape[:-2], n + room, keys.shape[-1]))
+        self._values = values.new_empty((*values.shape[:-2], n + room, values.shape[-1]))
+        self._keys[..., :n, :] = keys
+        self._values[..., :n, :] = values
+        self._view(n)
+
+    def _view(self, n: int) -> None:
+        self.keys, self.values = self._keys[..., :n, :], self._values[..., :n, :]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        n, new = self.keys.shape[-2], key_states.shape[-2]
+        if n + new > self._keys.shape[-2]:
+            self._reserve(self.keys, self.values, new + _SPARE_TOKENS)
+        self._keys[..., n : n + new, :] = key_states
+        self._values[..., n : n + new, :] = value_states
+        self._view(n + new)
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        n = self.keys.shape[-2]
+        self._keys, self._values = self._keys[indices], self._values[indices]
+        self._view(n)
+
+
+def _with_room(cache: DynamicCache, room: int) -> DynamicCache:
+    """The prefilled cache with `room` free positions per layer for decoding (one copy, not one per step).
+    fp32 on a CPU only: bf16 attention on the views measured no faster and rounds differently."""
+    first = cache.layers[0].keys
+    if first.dtype == torch.float32 and first.device.type == "cpu" and all(
+        type(layer) is DynamicLayer for layer in cache.layers
+    ):
+        cache.layers = [_SpareLayer(layer.keys, layer.values, room) for layer in cache.layers]
+    return cache
+
+
 def _keep_kv(cache: DynamicCache, attention: torch.Tensor, slot: int, row: _Row, store: PrefixCache) -> None:
     """Store a finished row's keys/values (prompt + all generated tokens but the last, never fed)."""
     store.add(_KV(row.prompt + row.ids[:-1], _row_layers(cache, attention, slot)), replaces=row.prefix_key)
@@ -485,6 +538,7 @@ def _generate_chunk(
 
     _assign_prefixes(model, rows, store)
     cache, attention, next_pos, logits = _prefill(model, rows, pad_id)
+    cache = _with_room(cache, min(max(row.budget for row in rows), _SPARE_TOKENS))
     active = list(range(len(rows)))
     step = 0
     while True:
@@ -585,28 +639,42 @@ def generate_batch(
 # --------------------------------------------------------------------------- weights used for generation
 
 
+def _column_major(model: torch.nn.Module) -> None:
+    """Store every Linear weight as the contiguous [in, out] matrix seen as [out, in], so `x @ W.T` is
+    a plain matmul: MKL's fp32 GEMM with a transposed operand is 2-5x slower at the few rows of a
+    decode step (batch 12: 0.23 ms against 0.045 ms for a 576x576 weight, 25 ms against 12 ms for
+    the LM head; docs/model.md), and no slower at a prefill's hundreds. Tied weights follow."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.weight.data = module.weight.data.t().contiguous().t()
+
+
 class _GenerationWeights:
-    """The model that generates: a plain copy of the trainer's model in the generation dtype with any
-    LoRA adapter merged into its weights, kept in sync automatically (a parameter whose storage or
-    version counter changed is copied or re-merged), or the trainer's model itself when it is neither
-    a PEFT model nor of another dtype. Merging matters: a PEFT model runs every adapter as two extra
-    matmuls per layer and decode step, 20% slower decode on the 2-core CPU (docs/benchmarks.md).
-    `version` advances whenever the weights change, so keys/values computed earlier can be dropped."""
+    """The model that generates: a copy of the trainer's model in the generation dtype with any LoRA
+    adapter merged into its weights (and, in fp32 on a CPU, Linear weights laid out for decoding),
+    kept in sync automatically (a parameter whose storage or version counter changed is copied or
+    re-merged), or the trainer's model itself elsewhere. Merging matters: a PEFT model runs every
+    adapter as two extra matmuls per layer and decode step, 20% slower decode on the 2-core CPU
+    (docs/benchmarks.md). `version` advances whenever the weights change, so keys/values computed
+    earlier can be dropped."""
 
     def __init__(self, model: PreTrainedModel, dtype: torch.dtype):
         self.source = model
         self.dtype = dtype
         lora = _lora_layers(model)
+        column_major = dtype == torch.float32 and model.device.type == "cpu"
         self.copy = None
         self._plain: list[tuple[torch.nn.Parameter, torch.nn.Parameter]] = []
         self._merged: list[tuple[torch.nn.Module, torch.nn.Parameter]] = []
-        if lora or model.dtype != dtype:
+        if lora or model.dtype != dtype or column_major:
             self.copy = copy.deepcopy(model)
             if lora:
                 self.copy = self.copy.merge_and_unload()
             self.copy.eval()
             for param in self.copy.parameters():  # buffers (rotary frequencies) keep their fp32 precision
                 param.data = param.data.to(dtype)
+            if column_major:
+                _column_major(self.copy)
             self.copy.set_attn_implementation(DECODE_ATTENTION)
             targets = dict(self.copy.named_parameters())
             prefix = "base_model.model." if lora else ""
