@@ -258,7 +258,9 @@ class RolloutConfig:
         None, "Longest a decode wave waits for episodes still in a tool call; null: until each sends its turn "
               "or ends, so a seeded run repeats exactly (a number lets waves leave slow episodes behind).")
     max_input_length: int = opt(2048, "Longest context (prompt + earlier turns) a turn may start from.")
-    temperature: float = opt(1.0, "Sampling temperature for training rollouts.")
+    temperature: float = opt(
+        1.3, "Sampling temperature for training rollouts (and the trainer's logprobs). Above 1: SFT warm starts are "
+             "nearly deterministic at 1.0, and hotter groups stopped GRPO losing held-out tasks (docs/benchmarks.md).")
     top_p: float = opt(1.0, "Nucleus sampling.")
     top_k: int = opt(-1, "Top-k sampling (-1: off).")
     tool_timeout_s: float = opt(EnvConfig.tool_timeout_s, "Seconds before a tool call counts as timed out.")
