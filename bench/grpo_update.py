@@ -1,5 +1,5 @@
-"""One GRPO update of the quickstart's full fine-tune, side by side: the prompt encoded with gradient,
-or without (`algo.detach_prompt`, as SFT does).
+"""One GRPO update of the quickstart's full fine-tune, side by side: what the backward pass skips
+(`algo.detach`, as `sft.detach`: nothing, the prompt, or the prompt and the tool results).
 
 The batch has the shape of a quickstart step: 3 groups of 4 multi-turn trajectories (system prompt and
 task, then assistant calls, tool results and the answer; only the assistant tokens trained). The
@@ -21,12 +21,13 @@ import time
 
 from side_by_side import print_table, run_variant
 
-VARIANTS = {"prompt with gradient": False, "prompt without gradient (detach_prompt)": True}
+VARIANTS = {"exact gradient (detach: none)": "none", "prompt without gradient (detach: prompt)": "prompt",
+            "prompt and tool results without gradient (detach: context)": "context"}
 GROUPS, GROUP_SIZE = 3, 4
 KEEP = [1.0, 0.85, 0.7, 0.55]  # share of the demo's response each rollout of a group keeps
 
 
-def one(detach: bool, steps: int) -> dict[str, float]:
+def one(detach: str, steps: int) -> dict[str, float]:
     import random
 
     import torch
@@ -45,7 +46,7 @@ def one(detach: bool, steps: int) -> dict[str, float]:
     bf16 = pick_dtype("cpu") == torch.bfloat16
     demos = [tokenize_conversation(e["messages"], tokenizer, 1024) for e in generate(300, 1, progress=False).experts]
     rng = random.Random(0)
-    algo = AlgoConfig(detach_prompt=detach)
+    algo = AlgoConfig(detach=detach)
     config = grpo.skyrl_algorithm_config(algo, 1.0)
     opt = torch.optim.AdamW(model.parameters(), lr=algo.lr, fused=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
@@ -80,20 +81,20 @@ def one(detach: bool, steps: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--one", choices=["0", "1"])
+    parser.add_argument("--one", choices=list(VARIANTS.values()))
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(args.one == "1", args.steps)))
+        print(json.dumps(one(args.one, args.steps)))
         return
-    results = {name: run_variant(__file__, ["--one", "1" if detach else "0", "--steps", str(args.steps)])
+    results = {name: run_variant(__file__, ["--one", detach, "--steps", str(args.steps)])
                for name, detach in VARIANTS.items()}
-    base, best = (results[name]["s_per_update"] for name in VARIANTS)
+    base, prompt, context = (results[name]["s_per_update"] for name in VARIANTS)
     precision = "bf16 autocast" if results[next(iter(VARIANTS))]["bf16"] else "fp32"
     print_table(f"GRPO update, full fine-tune, {GROUPS}x{GROUP_SIZE} multi-turn rows, {precision}",
                 ("variant", "s/update", "speedup", "positions/update", "grad norm, step 1"),
                 [(name, f"{r['s_per_update']:.2f}", f"{base / r['s_per_update']:.2f}x", f"{r['positions']:.0f}",
                   f"{r['grad_norm']:.4f}") for name, r in results.items()])
-    print(f"result: grpo_update_speedup={base / best:.2f}")
+    print(f"result: grpo_update_speedup={base / prompt:.2f} context_speedup={base / context:.2f}")
 
 
 if __name__ == "__main__":

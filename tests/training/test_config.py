@@ -79,6 +79,8 @@ def test_later_overrides_win_and_yaml_floats_without_dot_are_numbers(tmp_path):
     ("algo.lrr=1", "unknown config key 'algo.lrr'; did you mean 'algo.lr'?"),
     ("algos.lr=1", "did you mean 'algo'?"),
     ("finetune.lora.top_layers=10", "config key 'finetune.lora.top_layers' is now 'finetune.top_layers'"),
+    ("sft.detach_prompt=true", "config key 'sft.detach_prompt' is now 'sft.detach'"),
+    ("sft.detach=true", "sft.detach='true' is not one of: none, prompt, context"),
     ("finetune.top_layers=0", "finetune.top_layers must be >= 1 or null, got 0"),
     ("algo.lr=abc", "algo.lr must be a number, got 'abc'"),
     ("algo.steps=2.5", "algo.steps must be an integer, got 2.5"),

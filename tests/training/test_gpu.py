@@ -40,10 +40,10 @@ def test_sft_step_on_cuda_matches_the_cpu():
     cpu = tiny_llama()
     gpu = copy.deepcopy(cpu).cuda()
     batch = [_demo(24, 9, 0), _demo(18, 6, 1)]
-    for detach in (False, True):
+    for detach in ("none", "prompt", "context"):
         cpu.zero_grad(), gpu.zero_grad()
-        want = sft_step(cpu, batch, 0, micro_batch_size=2, bf16=False, detach_prompt=detach)
-        got = sft_step(gpu, batch, 0, micro_batch_size=2, bf16=False, detach_prompt=detach)
+        want = sft_step(cpu, batch, 0, micro_batch_size=2, bf16=False, detach=detach)
+        got = sft_step(gpu, batch, 0, micro_batch_size=2, bf16=False, detach=detach)
         assert got["sft_loss"] == pytest.approx(want["sft_loss"], abs=1e-4)
         torch.testing.assert_close(_grads(gpu), _grads(cpu), atol=1e-4, rtol=1e-3)
 

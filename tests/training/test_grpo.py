@@ -47,18 +47,19 @@ def _update(model: LlamaForCausalLM, batch: grpo.GRPOBatch, **algo_overrides) ->
 
 def test_on_policy_ratios_are_one_and_solved_groups_carry_no_gradient():
     model = tiny_llama()
-    metrics, step = _update(model, _batch(model, [1.0, 0.0, 1.0, 1.0]), detach_prompt=False)
+    metrics, step = _update(model, _batch(model, [1.0, 0.0, 1.0, 1.0]), detach="none")
     assert metrics["active_rows"] == 2  # the second group scored the same twice: no advantage
     assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
     assert metrics["ratio_std"] == pytest.approx(0.0, abs=1e-3)
     assert step.norm() > 0
 
 
-def test_detached_prompt_keeps_loss_and_ratios_and_changes_only_the_prompt_path_of_the_gradient():
+@pytest.mark.parametrize("detach", ["prompt", "context"])
+def test_detached_update_keeps_loss_and_ratios_and_changes_only_the_gradient(detach):
     model = tiny_llama()
     batch = _batch(model, [1.0, 0.0, 0.0, 1.0])
-    full, step_full = _update(copy.deepcopy(model), copy.deepcopy(batch), detach_prompt=False)
-    split, step_split = _update(copy.deepcopy(model), copy.deepcopy(batch), detach_prompt=True)
+    full, step_full = _update(copy.deepcopy(model), copy.deepcopy(batch), detach="none")
+    split, step_split = _update(copy.deepcopy(model), copy.deepcopy(batch), detach=detach)
     for key in ("policy_loss", "ratio_mean", "ratio_std", "entropy", "trained_tokens", "active_rows"):
         assert split[key] == pytest.approx(full[key], abs=1e-5), key
     assert 0 < (step_split - step_full).norm() < step_full.norm()
@@ -73,7 +74,7 @@ def test_ratio_std_resolves_the_tiny_spread_of_on_policy_ratios():
     n = int(batch.loss_mask.sum())
     signs = torch.tensor([(-1.0) ** i for i in range(n)])
     batch.old_logprobs = batch.old_logprobs + 1e-6 * grpo._scatter(signs, batch.loss_mask)
-    metrics, _ = _update(model, batch, detach_prompt=False)
+    metrics, _ = _update(model, batch, detach="none")
     assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
     assert metrics["ratio_std"] == pytest.approx(1e-6, rel=0.2)
 

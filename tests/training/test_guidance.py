@@ -87,7 +87,7 @@ def test_a_demo_row_trains_at_ratio_one_and_raises_its_own_likelihood():
     own = batch.old_logprobs[1].clone()
     batch.old_logprobs[1] = torch.where(batch.loss_mask[1].bool(), math.nan, 0.0)
     demo = copy.deepcopy(batch)
-    metrics, _ = _update(model, batch, detach_prompt=False)
+    metrics, _ = _update(model, batch, detach="none")
     assert metrics["demo_rows"] == 1 and metrics["active_rows"] == 2
     assert torch.allclose(batch.old_logprobs[1], own, atol=1e-5)  # the policy's own logprobs before the step
     assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5)

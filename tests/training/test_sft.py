@@ -1,4 +1,4 @@
-"""SFT's detached prompt: the same loss, a gradient that skips the prompt's activations, and guard rails."""
+"""SFT's detached prompt and context: the same loss, a gradient that skips their activations, and guard rails."""
 
 import pytest
 import torch
@@ -33,13 +33,13 @@ def test_detached_prefix_keeps_the_loss_and_changes_only_the_prompt_path_of_the_
     batch = [_demo(24, 9, 0), _demo(18, 6, 1)]  # right-padded, different prompt lengths
     ids, attention, select = collate(batch, pad_id=0)
     full = selected_token_logprobs(model, ids, attention, select)
-    split = selected_token_logprobs(model, ids, attention, select, detached_prefix=_prefix(batch))
+    split = selected_token_logprobs(model, ids, attention, select, detach="prompt")
     torch.testing.assert_close(split.logprobs, full.logprobs, atol=1e-5, rtol=1e-5)
 
     full_loss = sft_step(model, batch, 0, micro_batch_size=2, bf16=False)
     g_full = _grads(model).clone()
     model.zero_grad()
-    split_loss = sft_step(model, batch, 0, micro_batch_size=2, bf16=False, detach_prompt=True)
+    split_loss = sft_step(model, batch, 0, micro_batch_size=2, bf16=False, detach="prompt")
     g_split = _grads(model)
     assert split_loss["sft_loss"] == pytest.approx(full_loss["sft_loss"], abs=1e-5)
     assert 0 < (g_split - g_full).norm() < g_full.norm()  # same direction mostly, not the same vector
@@ -47,15 +47,49 @@ def test_detached_prefix_keeps_the_loss_and_changes_only_the_prompt_path_of_the_
     assert cos > 0.5
 
 
-def test_a_selected_token_inside_the_detached_prefix_is_refused():
+def _context_demo(n: int, seed: int, trained: list[tuple[int, int]]) -> SFTExample:
+    ids = torch.randint(1, 64, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+    return SFTExample(ids, [any(a <= i < b for a, b in trained) for i in range(n)])
+
+
+def _keys_values_constant_except(model, keep: torch.Tensor) -> list:
+    """Hooks making every layer's keys and values constants except at `keep` positions [B, T]: the gradient
+    `detach="context"` promises, built from a plain forward pass."""
+    def hook(_module, _inputs, out):
+        return torch.where(keep[..., None], out, out.detach())
+    return [layer.self_attn.k_proj.register_forward_hook(hook) for layer in model.model.layers] + [
+        layer.self_attn.v_proj.register_forward_hook(hook) for layer in model.model.layers]
+
+
+def test_detached_context_keeps_the_loss_and_trains_only_through_the_positions_that_predict():
+    """Two turns with a tool result between them, rows of different lengths (right padding): the loss is
+    the full forward's, and the gradient is the full forward's with every other position's keys and
+    values held constant: the second turn still trains through the first turn's keys and values."""
     model = tiny_llama()
-    ids, attention, select = collate([_demo(12, 3, 0)], pad_id=0)
-    with pytest.raises(ValueError, match="detached prefix"):
-        selected_token_logprobs(model, ids, attention, select, detached_prefix=5)
+    batch = [_context_demo(30, 0, [(8, 12), (20, 25)]), _context_demo(22, 1, [(5, 9), (15, 19)])]
+    ids, attention, select = collate(batch, pad_id=0)
+    full = selected_token_logprobs(model, ids, attention, select)
+    context = selected_token_logprobs(model, ids, attention, select, detach="context")
+    torch.testing.assert_close(context.logprobs, full.logprobs, atol=1e-5, rtol=1e-5)
+
+    context.logprobs.sum().backward()
+    g_context = _grads(model).clone()
+    model.zero_grad()
+    predicts = torch.zeros_like(select)
+    predicts[:, :-1] = select[:, 1:]
+    hooks = _keys_values_constant_except(model, predicts)
+    selected_token_logprobs(model, ids, attention, select).logprobs.sum().backward()
+    for h in hooks:
+        h.remove()
+    torch.testing.assert_close(_grads(model), g_context, atol=1e-5, rtol=1e-4)
+    model.zero_grad()
+    full.logprobs.sum().backward()
+    assert (_grads(model) - g_context).norm() > 1e-3  # the tool result's path is really gone
 
 
-def test_gradient_checkpointing_encodes_the_whole_row_with_gradient_instead_of_failing():
-    """Checkpointed layers drop the prefix cache; the detached prefix falls back to the exact gradient."""
+@pytest.mark.parametrize("detach", ["prompt", "context"])
+def test_gradient_checkpointing_encodes_the_whole_row_with_gradient_instead_of_failing(detach):
+    """Checkpointed layers drop the cache both detached forms need; they fall back to the exact gradient."""
     model = tiny_llama()
     batch = [_demo(24, 9, 0), _demo(18, 6, 1)]
     full_loss = sft_step(model, batch, 0, micro_batch_size=2, bf16=False)
@@ -63,7 +97,7 @@ def test_gradient_checkpointing_encodes_the_whole_row_with_gradient_instead_of_f
     model.zero_grad()
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
-    loss = sft_step(model, batch, 0, micro_batch_size=2, bf16=False, detach_prompt=True)
+    loss = sft_step(model, batch, 0, micro_batch_size=2, bf16=False, detach=detach)
     assert loss["sft_loss"] == pytest.approx(full_loss["sft_loss"], abs=1e-5)
     torch.testing.assert_close(_grads(model), g_full, atol=1e-5, rtol=1e-4)
 

@@ -134,6 +134,7 @@ class CharTokenizer:
     (["algo.expert_guidance=true"], "algo.expert_guidance=true: demos join failed groups in the embedded trainer only"),
     (["algo.negative_weight=0.5"], "algo.negative_weight=0.5: negative advantages are scaled in the embedded trainer"),
     (["algo.credit=turn"], "algo.credit=turn: turn-level credit is computed in the embedded trainer only"),
+    (["algo.detach=context"], "algo.detach=context: the update skips those backward paths in the embedded"),
     (["finetune.top_layers=10"], "finetune.top_layers=10 with mode full: SkyRL's trainer fine-tunes every weight"),
     (["algo.prompts_per_step=500"], "data.train has 300 tasks, fewer than algo.prompts_per_step=500"),
     (["algo.micro_batch_size=5"], "SkyRL rejects the configuration: normalized policy_mini_batch_size_per_gpu 12 "

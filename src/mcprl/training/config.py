@@ -28,6 +28,7 @@ from mcprl.envs.config import EnvConfig
 
 LRSchedule = Literal["constant", "cosine"]  # the schedules `trainer.optimizer_for` implements
 PromptOrder = Literal["shuffle", "stratified"]  # the orders `trainer.prompt_stream` and `sft.batches` implement
+Detach = Literal["none", "prompt", "context"]  # what `logprobs.selected_token_logprobs` can leave out of the backward pass
 
 # Sections of the recipe layout: each file holds its own sections plus, optionally, the shared ones.
 RECIPE_FILES = {"model.yaml": ("model", "finetune"), "algo_grpo.yaml": ("algo", "sft"),
@@ -139,9 +140,10 @@ class SFTConfig:
               "last 20 steps; null: the last step's weights). At batch_size 1 the last few demos otherwise decide "
               "it: 28-83% held-out success across data orders without, 70-90% with (docs/benchmarks.md).")
     save_every: int = opt(0, "Checkpoint every N SFT steps (0: only when the phase ends).")
-    detach_prompt: bool = opt(
-        True, "Encode each demo's prompt (system + task, before the first assistant turn) without gradient: "
-               "the assistant turns still attend to it, the backward pass skips it.")
+    detach: Detach = opt(
+        "prompt", "What the backward pass skips (the loss is the same): prompt encodes each demo's system + task "
+                  "once without gradient; context also its tool results, so only the positions that predict the "
+                  "model's own tokens run backward; none: the exact gradient (docs/training.md, \"SFT cost\").")
 
 
 @dataclass
@@ -207,9 +209,9 @@ class AlgoConfig:
     steps: int = opt(4, "GRPO steps.")
     epochs: int = opt(1, "PPO epochs over each step's batch.")
     micro_batch_size: int = opt(2, "Rollouts per forward/backward pass (gradients accumulate).")
-    detach_prompt: bool = opt(
-        False, "Encode each rollout's prompt (system + task) without gradient, as sft.detach_prompt: the same "
-               "logprobs and ratios, 1.24x faster updates, a gradient without the prompt's path (off: exact).")
+    detach: Detach = opt(
+        "none", "As sft.detach, in GRPO's update: the same logprobs and ratios, a gradient without the prompt's "
+                "(prompt: 1.24x faster updates) or the prompt's and tool results' paths (context); none: exact.")
     lr: float = opt(1e-5, "Learning rate (a full fine-tune; LoRA wants about 1e-4).")
     weight_decay: float = opt(0.0, "AdamW weight decay.")
     grad_clip: float = opt(1.0, "Max gradient norm.")
@@ -553,7 +555,8 @@ def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 
 
-MOVED_KEYS = {"finetune.lora.top_layers": "finetune.top_layers"}
+MOVED_KEYS = {"finetune.lora.top_layers": "finetune.top_layers", "sft.detach_prompt": "sft.detach",
+              "algo.detach_prompt": "algo.detach"}
 
 
 def _unknown_key(where: str, key: str, known: typing.Iterable[str]) -> str:
@@ -835,10 +838,11 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
     length = f"{cfg.sft.max_steps} steps" if cfg.sft.max_steps else f"{cfg.sft.epochs} epoch(s)"
     cap = f" (cap {cfg.sft.max_seconds:g} s)" if cfg.sft.max_seconds else ""
     prompt = ""
-    if cfg.sft.detach_prompt:
+    if cfg.sft.detach != "none":
         checkpointing = ft.gradient_checkpointing and engine == "embedded"
-        prompt = (", prompt with gradient (gradient checkpointing drops the prefix cache)" if checkpointing
-                  else ", prompt without gradient")
+        detached = "prompt" if cfg.sft.detach == "prompt" else "prompt and tool results"
+        prompt = (f", {detached} with gradient (gradient checkpointing drops the cache they need)" if checkpointing
+                  else f", {detached} without gradient")
     sft = (f"on: {length}{cap}, lr {cfg.sft.lr} ({cfg.sft.lr_scheduler}), batch {cfg.sft.batch_size}{prompt}, "
            f"demos {_exists(cfg.data.experts_path())}") if cfg.sft.enabled else "off"
     mixed = f", {a.probe.share:.0%} of prompts" if a.probe.share < 1 else ""

@@ -28,7 +28,7 @@ from skyrl.train.config import AlgorithmConfig
 
 from mcprl.training.config import AlgoConfig
 from mcprl.training.credit import Key, episode_keys, turn_advantages
-from mcprl.training.logprobs import detachable_prefix, selected_token_logprobs
+from mcprl.training.logprobs import selected_token_logprobs
 
 
 @dataclass
@@ -191,9 +191,8 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
         for start in range(0, len(active), algo.micro_batch_size):
             rows = active[start:start + algo.micro_batch_size]
             ids, attention, select = _micro_tensors(batch, rows, pad_id)
-            prefix = detachable_prefix(select) if algo.detach_prompt else 0
             stats = selected_token_logprobs(model, ids, attention, select, temperature=temperature, bf16=bf16,
-                                            with_entropy=True, detached_prefix=prefix)
+                                            with_entropy=True, detach=algo.detach)
             device = stats.logprobs.device  # the model's; the batch stays on the CPU
             mask = batch.loss_mask[rows].to(device)
             logp = _scatter(stats.logprobs, mask)

@@ -19,7 +19,7 @@ import torch
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from mcprl.training.logprobs import detachable_prefix, selected_token_logprobs
+from mcprl.training.logprobs import Detach, selected_token_logprobs
 from mcprl.training.ordering import interleave_families
 
 
@@ -89,15 +89,14 @@ def collate(batch: list[SFTExample], pad_id: int) -> tuple[torch.Tensor, torch.T
 
 
 def sft_step(model: PreTrainedModel, batch: list[SFTExample], pad_id: int, *, micro_batch_size: int,
-             bf16: bool, detach_prompt: bool = False) -> dict[str, float]:
+             bf16: bool, detach: Detach = "none") -> dict[str, float]:
     """Accumulate gradients of the token-mean NLL over the batch; the caller steps the optimizer."""
     total_tokens = sum(sum(x.loss_mask[1:]) for x in batch)
     loss_sum = 0.0
     for i in range(0, len(batch), micro_batch_size):
         micro = batch[i:i + micro_batch_size]
         ids, attention, select = collate(micro, pad_id)
-        prefix = detachable_prefix(select) if detach_prompt else 0
-        stats = selected_token_logprobs(model, ids, attention, select, bf16=bf16, detached_prefix=prefix)
+        stats = selected_token_logprobs(model, ids, attention, select, bf16=bf16, detach=detach)
         loss = -stats.logprobs.sum() / max(total_tokens, 1)
         loss.backward()
         loss_sum += loss.item()

@@ -163,6 +163,9 @@ def _check_supported(cfg: TrainConfig) -> None:
     if cfg.algo.credit != "episode":
         raise ConfigError(f"algo.credit={cfg.algo.credit}: turn-level credit is computed in the embedded trainer only; "
                           "set it to episode for SkyRL's trainer")
+    if cfg.algo.detach != "none":
+        raise ConfigError(f"algo.detach={cfg.algo.detach}: the update skips those backward paths in the embedded "
+                          "trainer only; set it to none for SkyRL's trainer (its gradient is exact)")
     if cfg.finetune.mode == "full" and cfg.finetune.top_layers is not None:
         raise ConfigError(f"finetune.top_layers={cfg.finetune.top_layers} with mode full: SkyRL's trainer fine-tunes "
                           "every weight; set top_layers: null, or use mode lora (adapters on the top layers)")

@@ -160,7 +160,7 @@ def run_sft(policy: Policy, cfg: TrainConfig, experts_path: Path, train_tasks: l
         while state.sft_step < total and not clock.over(cfg.sft.max_seconds):
             t0 = time.perf_counter()
             metrics = sft_step(policy.model, next(stream), policy.pad_id, micro_batch_size=cfg.sft.micro_batch_size,
-                               bf16=policy.bf16, detach_prompt=cfg.sft.detach_prompt)
+                               bf16=policy.bf16, detach=cfg.sft.detach)
             state.sft_batches_drawn += 1
             grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), cfg.algo.grad_clip)
             opt.step()
