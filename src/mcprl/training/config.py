@@ -143,7 +143,8 @@ class SFTConfig:
     detach: Detach = opt(
         "prompt", "What the backward pass skips (the loss is the same): prompt encodes each demo's system + task "
                   "once without gradient; context also its tool results, so only the positions that predict the "
-                  "model's own tokens run backward; none: the exact gradient (docs/training.md, \"SFT cost\").")
+                  "model's own tokens run backward (1.4x faster steps, but warm starts 21 points worse: the model "
+                  "learns to read tool results there); none: the exact gradient (docs/training.md, \"SFT cost\").")
 
 
 @dataclass

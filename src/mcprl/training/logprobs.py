@@ -123,7 +123,7 @@ def _context_detached_states(base: torch.nn.Module, input_ids: torch.Tensor, att
     (rows with fewer such positions) write into one extra key position no query sees, and query
     position 0, so no softmax row is empty.
     """
-    rows, length = input_ids.shape
+    length = input_ids.shape[1]
     predicts = torch.zeros_like(select)
     predicts[:, :-1] = select[:, 1:]
     if not bool(predicts.any()):  # nothing to train: the exact path keeps the result in the autograd graph
