@@ -1,6 +1,7 @@
 """One SFT step of the quickstart's full fine-tune, side by side: what the backward pass skips
-(`sft.detach`: nothing, the prompt, or the prompt and the tool results), every layer trained or only the top ones (`finetune.top_layers`), torch's large tensors on huge pages
-(mcprl's default) or on 4 kB pages (`THP_MEM_ALLOC_ENABLE=0`).
+(`sft.detach`: nothing, the prompt, or the prompt and the tool results), every layer trained or only
+the top ones (`finetune.top_layers`), torch's large tensors on huge pages (mcprl's default) or on
+4 kB pages (`THP_MEM_ALLOC_ENABLE=0`).
 
 The same 8 batches of the rule generator's expert demos (4 demos, micro-batches of 2, bf16 autocast
 where the CPU has it, 2 threads) go through each variant in its own process, each with the trainer's

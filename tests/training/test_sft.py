@@ -9,9 +9,14 @@ from mcprl.training.sft import SFTExample, collate, sft_step
 from .tiny_model import tiny_llama
 
 
-def _demo(n: int, first: int, seed: int) -> SFTExample:
+def _spans_demo(n: int, seed: int, trained: list[tuple[int, int]]) -> SFTExample:
+    """n random tokens, trained on the [start, end) spans: turns of the model's own between context."""
     ids = torch.randint(1, 64, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
-    return SFTExample(ids, [i >= first for i in range(n)])
+    return SFTExample(ids, [any(a <= i < b for a, b in trained) for i in range(n)])
+
+
+def _demo(n: int, first: int, seed: int) -> SFTExample:
+    return _spans_demo(n, seed, [(first, n)])
 
 
 def _grads(model) -> torch.Tensor:
@@ -47,11 +52,6 @@ def test_detached_prefix_keeps_the_loss_and_changes_only_the_prompt_path_of_the_
     assert cos > 0.5
 
 
-def _context_demo(n: int, seed: int, trained: list[tuple[int, int]]) -> SFTExample:
-    ids = torch.randint(1, 64, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
-    return SFTExample(ids, [any(a <= i < b for a, b in trained) for i in range(n)])
-
-
 def _keys_values_constant_except(model, keep: torch.Tensor) -> list:
     """Hooks making every layer's keys and values constants except at `keep` positions [B, T]: the gradient
     `detach="context"` promises, built from a plain forward pass."""
@@ -66,7 +66,7 @@ def test_detached_context_keeps_the_loss_and_trains_only_through_the_positions_t
     the full forward's, and the gradient is the full forward's with every other position's keys and
     values held constant: the second turn still trains through the first turn's keys and values."""
     model = tiny_llama()
-    batch = [_context_demo(30, 0, [(8, 12), (20, 25)]), _context_demo(22, 1, [(5, 9), (15, 19)])]
+    batch = [_spans_demo(30, 0, [(8, 12), (20, 25)]), _spans_demo(22, 1, [(5, 9), (15, 19)])]
     ids, attention, select = collate(batch, pad_id=0)
     full = selected_token_logprobs(model, ids, attention, select)
     context = selected_token_logprobs(model, ids, attention, select, detach="context")

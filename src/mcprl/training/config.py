@@ -28,7 +28,7 @@ from mcprl.envs.config import EnvConfig
 
 LRSchedule = Literal["constant", "cosine"]  # the schedules `trainer.optimizer_for` implements
 PromptOrder = Literal["shuffle", "stratified"]  # the orders `trainer.prompt_stream` and `sft.batches` implement
-Detach = Literal["none", "prompt", "context"]  # what `logprobs.selected_token_logprobs` can leave out of the backward pass
+Detach = Literal["none", "prompt", "context"]  # what `selected_token_logprobs` can leave out of the backward pass
 
 # Sections of the recipe layout: each file holds its own sections plus, optionally, the shared ones.
 RECIPE_FILES = {"model.yaml": ("model", "finetune"), "algo_grpo.yaml": ("algo", "sft"),
