@@ -10,7 +10,7 @@ VLLM_STAMP := $(VLLM_VENV)/.deps-stamp
 VLLM_PIP := $(VLLM_BIN)/pip -q --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: venv deps train test test-all skyrl smoke-vllm vllm-cpu browser health bench bench-trl clean
+.PHONY: venv deps train baseline test test-all skyrl smoke-vllm vllm-cpu browser health bench bench-trl clean
 
 venv: $(BIN)/python
 $(BIN)/python:
@@ -31,6 +31,10 @@ deps: $(STAMP)
 train: deps
 	$(BIN)/mcprl servers check
 	$(BIN)/mcprl train --config configs/quickstart.yaml
+
+# After `make train`: SFT alone for the same training time (step-matched), compared with it task by task.
+baseline: deps
+	$(BIN)/mcprl train --sft-only --equal-time runs/quickstart
 
 test: deps
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)

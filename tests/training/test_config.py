@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-import typer
 from typer.testing import CliRunner
 
 from mcprl.training import config as config_module
-from mcprl.training.cli import train_command
 from mcprl.training.config import (
     ConfigError,
     TrainConfig,
@@ -25,6 +23,7 @@ from mcprl.training.config import (
     rollout_backend_choice,
     save_config,
 )
+from tests.support.cli import train_app
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -263,22 +262,16 @@ def test_every_key_has_help_and_appears_in_the_reference_and_the_docs():
     assert reference in docs, "docs/training.md: regenerate the config reference table"
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer(add_completion=False)
-    app.command("train")(train_command)
-    app.callback()(lambda: None)
-    return app
-
 
 def test_cli_dry_run_prints_the_plan_and_exits_0():
-    result = CliRunner().invoke(_app(), ["train", "--config", str(QUICKSTART), "--dry-run", "-o", "algo.steps=3"])
+    result = CliRunner().invoke(train_app(), ["train", "--config", str(QUICKSTART), "--dry-run", "-o", "algo.steps=3"])
     assert result.exit_code == 0, result.output
     assert "3 steps" in result.output and "finetune:   full" in result.output
     assert "rollout:    hf (auto: full fine-tuning generates with the trained weights in place (HF))" in result.output
 
 
 def test_cli_config_error_is_one_red_line_and_exit_2():
-    result = CliRunner().invoke(_app(), ["train", "--config", str(QUICKSTART), "-o", "algo.lrr=1"])
+    result = CliRunner().invoke(train_app(), ["train", "--config", str(QUICKSTART), "-o", "algo.lrr=1"])
     assert result.exit_code == 2
     assert result.output.strip() == "error: unknown config key 'algo.lrr'; did you mean 'algo.lr'?"
 
@@ -289,7 +282,7 @@ def test_cli_embedded_engine_calls_the_trainer_with_the_flags(monkeypatch):
     trainer.train = lambda cfg, **kwargs: calls.append((cfg, kwargs))
     monkeypatch.setitem(sys.modules, "mcprl.training.trainer", trainer)
     monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(False))
-    result = CliRunner().invoke(_app(), ["train", "-c", str(CONFIGS / "recipe"), "--resume", "--sft-only",
+    result = CliRunner().invoke(train_app(), ["train", "-c", str(CONFIGS / "recipe"), "--resume", "--sft-only",
                                          "-o", "algo.lr=5e-5"])
     assert result.exit_code == 0, result.output
     (cfg, kwargs), = calls
@@ -303,10 +296,10 @@ def test_cli_resume_from_takes_a_checkpoint_dir_and_refuses_anything_else(monkey
     trainer.train = lambda cfg, **kwargs: calls.append(kwargs)
     monkeypatch.setitem(sys.modules, "mcprl.training.trainer", trainer)
     monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(False))
-    result = CliRunner().invoke(_app(), ["train", "-c", str(QUICKSTART), "--resume-from", str(tmp_path)])
+    result = CliRunner().invoke(train_app(), ["train", "-c", str(QUICKSTART), "--resume-from", str(tmp_path)])
     assert result.exit_code == 2 and "not a checkpoint directory" in result.output and not calls
     (tmp_path / "trainer_state.json").write_text("{}")
-    result = CliRunner().invoke(_app(), ["train", "-c", str(QUICKSTART), "--resume-from", str(tmp_path)])
+    result = CliRunner().invoke(train_app(), ["train", "-c", str(QUICKSTART), "--resume-from", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert calls == [{"resume": False, "resume_from": tmp_path, "sft_only": False}]
 
@@ -314,7 +307,7 @@ def test_cli_resume_from_takes_a_checkpoint_dir_and_refuses_anything_else(monkey
 def test_cli_embedded_engine_refuses_an_impossible_backend_before_training(monkeypatch):
     monkeypatch.setitem(sys.modules, "mcprl.training.trainer", types.ModuleType("mcprl.training.trainer"))
     monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(False))
-    result = CliRunner().invoke(_app(), ["train", "-c", str(QUICKSTART), "-o", "rollout.backend=vllm",
+    result = CliRunner().invoke(train_app(), ["train", "-c", str(QUICKSTART), "-o", "rollout.backend=vllm",
                                          "-o", "finetune.mode=lora"])
     assert result.exit_code == 2
     assert "rollout.backend=vllm needs vLLM and a GPU" in result.output

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import typer
 from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
@@ -16,7 +15,6 @@ from mcprl.data.sample import SkyRLSample, read_samples, write_samples
 from mcprl.envs.config import EnvConfig
 from mcprl.envs.mcp_env import ground_truth
 from mcprl.training import skyrl_launcher
-from mcprl.training.cli import train_command
 from mcprl.training.config import ConfigError, load_train_config
 from mcprl.training.skyrl_launcher import (
     LaunchError,
@@ -26,6 +24,7 @@ from mcprl.training.skyrl_launcher import (
     format_override,
     plan,
 )
+from tests.support.cli import train_app
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "configs" / "cluster.yaml"
@@ -197,21 +196,15 @@ def test_run_record_bridge_maps_skyrl_metrics_into_metrics_jsonl(tmp_path):
     assert load_train_config(tmp_path / "run" / "config.yaml") == cfg
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer(add_completion=False)
-    app.command("train")(train_command)
-    app.callback()(lambda: None)
-    return app
-
 
 def test_cli_skyrl_dry_run():
-    result = CliRunner().invoke(_app(), ["train", "--engine", "skyrl", "-c", str(CLUSTER), "--dry-run",
+    result = CliRunner().invoke(train_app(), ["train", "--engine", "skyrl", "-c", str(CLUSTER), "--dry-run",
                                          "--resume", "-o", "algo.steps=3"])
     assert result.exit_code == 0, result.output
     assert "rollout:    vllm (SkyRL's trainer always generates with vLLM)" in result.output
     assert "SkyRL overrides (accepted by SkyRL's validate_cfg):" in result.output
     assert "  trainer.max_training_steps=3" in result.output and "  trainer.resume_mode=latest" in result.output
-    result = CliRunner().invoke(_app(), ["train", "--engine", "skyrl", "-c", str(CLUSTER), "--sft-only"])
+    result = CliRunner().invoke(train_app(), ["train", "--engine", "skyrl", "-c", str(CLUSTER), "--sft-only"])
     assert result.exit_code == 2 and "--sft-only: SkyRL's trainer runs GRPO only" in result.output
 
 

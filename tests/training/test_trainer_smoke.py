@@ -1,6 +1,7 @@
 """End-to-end smoke of the embedded trainer with the real default model: data -> eval -> SFT -> GRPO -> eval,
 finite losses, checkpoints on disk, and an exact resume after a crash."""
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -11,6 +12,7 @@ from safetensors.torch import load_file
 
 from mcprl.eval.trajectory import load_trajectories
 from mcprl.training import trainer
+from mcprl.training.baseline import compare_with_run, equal_time_config, read_plan
 from mcprl.training.callbacks import Callback, CallbackList
 from mcprl.training.config import load_train_config
 
@@ -84,6 +86,19 @@ def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch, mode):
     assert (run / "report" / "report.html").exists()
     pngs = list((run / "report").glob("*.png"))
     assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+    # `--equal-time`: SFT alone on the run's config, compared with its last eval (a shorter budget here than
+    # the plan's arithmetic, test_baseline.py, would give: 1.5x the run's SFT time is 6 steps).
+    plan = read_plan(run)
+    assert 0 < plan.sft_seconds < summary["train_seconds"] and plan.sft_steps == 4
+    short = dataclasses.replace(plan, train_seconds=plan.sft_seconds * 1.5)
+    baseline_cfg = equal_time_config(short, None, [])
+    trainer.train(baseline_cfg, sft_only=True)
+    baseline = Path(baseline_cfg.run.output_dir)
+    record = compare_with_run(short, baseline)
+    assert baseline == tmp_path / "full_sft_only" and [r["step"] for r in rows(baseline)] == [1, 2, 3, 4, 5, 6]
+    assert record["run_eval"] == "eval_grpo" and record["baseline_vs_run"]["tasks"] == 1
+    assert json.loads((baseline / "summary.json").read_text())["equal_time"]["sft_steps"] == 6
 
     # Crash mid-SFT (after step 3, whose checkpoint does not exist: the last one is step 2), then resume.
     crashed = config(tmp_path, "crashed", f"finetune.mode={mode}", "eval.before=false", "eval.after_sft=false", "eval.after_grpo=false")

@@ -31,6 +31,7 @@ class TrainState:
     sft_batches_drawn: int = 0  # data position: SFT batches consumed from the seeded stream
     grpo_prompts_drawn: int = 0  # data position: prompts consumed from the seeded stream
     elapsed_s: float = 0.0  # training seconds before this process
+    sft_seconds: float | None = None  # training seconds when SFT ended (the pace `--equal-time` matches)
     evals: dict[str, Any] = field(default_factory=dict)  # name -> overall metrics
     probe: dict[str, float] | None = None  # family -> the warm start's greedy pass rate (algo.probe), once probed
     warm_start: str | None = None  # the checkpoint GRPO began from (None: the base model), the KL reference

@@ -26,9 +26,13 @@ class Engine(str, Enum):
     skyrl = "skyrl"
 
 
+DEFAULT_CONFIG = Path("configs/quickstart.yaml")
+
+
 def train_command(
-    config: Annotated[Path, typer.Option("--config", "-c", help="Config YAML, or a directory with model.yaml, "
-                                         "algo_grpo.yaml and rollout.yaml.")] = Path("configs/quickstart.yaml"),
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Config YAML, or a directory with model.yaml, "
+                                                "algo_grpo.yaml and rollout.yaml [default: configs/quickstart.yaml; "
+                                                "with --equal-time, the run's config.yaml].")] = None,
     engine: Annotated[Engine, typer.Option(help="embedded: mcprl's trainer (CPU or one GPU); "
                                            "skyrl: SkyRL's Ray/FSDP/vLLM trainer (GPUs).")] = Engine.embedded,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would run and exit; loads no model.")] = False,
@@ -37,12 +41,21 @@ def train_command(
         "--resume-from", help="Continue from this checkpoint directory, e.g. RUN_DIR/checkpoints/step_grpo_0 "
         "(the warm start) to rerun GRPO (embedded engine).")] = None,
     sft_only: Annotated[bool, typer.Option("--sft-only", help="Stop after SFT (embedded engine).")] = False,
+    equal_time: Annotated[Path | None, typer.Option(
+        "--equal-time", metavar="RUN_DIR", help="SFT alone for the training time RUN_DIR's SFT + GRPO took "
+        "(step-matched at its SFT pace), into RUN_DIR_sft_only, then compared with RUN_DIR's last eval, "
+        "paired (implies --sft-only).")] = None,
     override: Annotated[list[str] | None, typer.Option("--override", "-o", help="section.key=value, repeatable, "
                                                        "e.g. -o algo.lr=1e-5 -o rollout.max_turns=3.")] = None,
 ) -> None:
     """Train an agent with SFT + GRPO on MCP tools, as the config says."""
     try:
-        cfg = load_train_config(config, override or [])
+        if equal_time is not None:
+            if resume_from is not None:
+                raise ConfigError("--equal-time trains SFT from the base model, as RUN_DIR did; drop --resume-from")
+            _run_equal_time(equal_time, config, override or [], engine=engine, dry_run=dry_run, resume=resume)
+            return
+        cfg = load_train_config(config or DEFAULT_CONFIG, override or [])
         if engine is Engine.skyrl:
             if resume_from is not None:
                 raise ConfigError("--resume-from: SkyRL's trainer resumes from its own latest checkpoint; use --resume")
@@ -59,7 +72,7 @@ def train_command(
 
 def _run_embedded(cfg: TrainConfig, *, dry_run: bool, resume: bool, resume_from: Path | None, sft_only: bool) -> None:
     if dry_run:
-        _out.print(describe(cfg, "embedded"), markup=False, soft_wrap=True)
+        _out.print(describe(cfg, "embedded", sft_only), markup=False, soft_wrap=True)
         return
     resolve_rollout_backend(cfg)  # an impossible backend fails before any model loads
     if resume_from is not None:
@@ -69,6 +82,22 @@ def _run_embedded(cfg: TrainConfig, *, dry_run: bool, resume: bool, resume_from:
     from mcprl.training.trainer import train
 
     train(cfg, resume=resume, resume_from=resume_from, sft_only=sft_only)
+
+
+def _run_equal_time(run_dir: Path, config: Path | None, overrides: list[str], *, engine: Engine, dry_run: bool,
+                    resume: bool) -> None:
+    from mcprl.training import baseline
+
+    if engine is Engine.skyrl:
+        raise ConfigError("--equal-time: the SFT-only baseline runs on the embedded engine")
+    plan = baseline.read_plan(run_dir)
+    cfg = baseline.equal_time_config(plan, config, overrides)
+    _out.print(plan.describe(), markup=False, soft_wrap=True)
+    _run_embedded(cfg, dry_run=dry_run, resume=resume, resume_from=None, sft_only=True)
+    if not dry_run:
+        record = baseline.compare_with_run(plan, Path(cfg.run.output_dir))
+        if record["describe"]:
+            _out.print(record["describe"], markup=False, soft_wrap=True)
 
 
 def _run_skyrl(cfg: TrainConfig, *, dry_run: bool, resume: bool, sft_only: bool) -> None:

@@ -824,7 +824,7 @@ def has_wandb_credentials() -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded") -> str:
+def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded", sft_only: bool = False) -> str:
     """What a run would do, for `mcprl train --dry-run`; loads no model."""
     ft, a, r = cfg.finetune, cfg.algo, cfg.rollout
     if engine == "skyrl":
@@ -855,6 +855,11 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
     ds = a.dynamic_sampling
     sampling = f"dynamic sampling {ds.type} (<= {ds.max_sample_batches} batches/step)" if ds.type else "no dynamic sampling"
     wandb = _wandb_line(cfg.logging.wandb)
+    algorithm = ("off (--sft-only)" if sft_only else
+                 f"{a.name}: advantage {a.advantage_estimator}, loss {a.policy_loss} ({a.loss_reduction}), "
+                 f"group {a.group_size} x {a.prompts_per_step} prompts ({a.prompt_order}{probe}), {a.steps} steps, "
+                 f"lr {a.lr} ({a.lr_scheduler}), "
+                 f"clip [{a.eps_clip_low}, {a.eps_clip_high}], kl {kl}, {sampling}{guidance}{guard}")
     lines = [
         f"engine:     {engine}",
         f"run:        {cfg.run.name} -> {cfg.run.output_dir} (seed {cfg.run.seed})",
@@ -862,10 +867,7 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
         f"finetune:   {finetune}",
         f"rollout:    {backend} ({why}); {cfg.num_envs} envs, {r.max_turns} turns x {r.max_new_tokens} tokens, "
         f"T={r.temperature}",
-        f"algorithm:  {a.name}: advantage {a.advantage_estimator}, loss {a.policy_loss} ({a.loss_reduction}), "
-        f"group {a.group_size} x {a.prompts_per_step} prompts ({a.prompt_order}{probe}), {a.steps} steps, "
-        f"lr {a.lr} ({a.lr_scheduler}), "
-        f"clip [{a.eps_clip_low}, {a.eps_clip_high}], kl {kl}, {sampling}{guidance}{guard}",
+        f"algorithm:  {algorithm}",
         f"sft:        {sft}",
         f"reward:     {cfg.reward.backend}",
         f"data:       train {_exists(Path(cfg.data.train))}, eval {_exists(Path(cfg.data.eval))}"

@@ -480,7 +480,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
             state.evals["base"] = _eval(policy, cfg, eval_tasks, run_dir, "base", callbacks, clock)
         if state.phase == "sft":
             run_sft(policy, cfg, experts_path, train_tasks, state, run_dir, callbacks, checkpoint, clock)
-            state.phase = "grpo"
+            state.phase, state.sft_seconds = "grpo", round(clock.total, 1)
             if cfg.eval.after_sft:
                 state.evals["sft"] = _eval(policy, cfg, eval_tasks, run_dir, "sft", callbacks, clock)
             state.elapsed_s = clock.total
@@ -498,7 +498,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
             final = save_checkpoint(run_dir, state, policy.model, policy.tokenizer, None, None,
                                     {"engine": policy.engine.generator})
         summary = {**{f"eval_{k}": v for k, v in state.evals.items()}, "paired": _paired(run_dir, state.evals),
-                   "train_seconds": round(clock.total, 1), "sft_steps": state.sft_step, "grpo_steps": state.grpo_step,
+                   "train_seconds": round(clock.total, 1), "sft_steps": state.sft_step, "sft_seconds": state.sft_seconds,
+                   "grpo_steps": state.grpo_step,
                    "final_checkpoint": str(final) if final else None,
                    **({"grpo_probe": state.probe} if state.probe is not None else {}),
                    **({"grpo_guard": state.guard} if state.guard is not None else {})}
