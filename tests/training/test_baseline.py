@@ -50,7 +50,7 @@ def test_the_baseline_takes_the_runs_config_with_its_own_steps_and_directory(tmp
     assert cfg.run.seed == 7  # the run's config, not the quickstart's
     assert (cfg.sft.max_steps, cfg.sft.max_seconds, cfg.sft.lr) == (275, None, 2e-4)
     assert not cfg.eval.before and cfg.eval.after_sft
-    assert Path(cfg.run.output_dir) == run.parent / "quick_sft_only"
+    assert Path(cfg.run.output_dir) == run.parent / "quick_sft_only" and cfg.run.name == "quickstart_sft_only"
     with pytest.raises(ConfigError, match="sets sft.max_steps"):
         equal_time_config(read_plan(run), None, ["sft.max_steps=10"])
 
@@ -85,7 +85,7 @@ def test_dry_run_prints_the_plan_and_the_baselines_config(tmp_path):
     lines = dict(line.split(":", 1) for line in result.output.splitlines()[1:] if ":" in line)
     assert result.output.startswith("SFT alone for 275 steps")
     assert lines["sft"].strip().startswith("on: 275 steps") and lines["algorithm"].strip() == "off (--sft-only)"
-    assert lines["run"].strip().startswith(f"quickstart -> {run.parent / 'quick_sft_only'} (seed 7)")
+    assert lines["run"].strip() == f"quickstart_sft_only -> {run.parent / 'quick_sft_only'} (seed 7)"
 
 
 @pytest.mark.parametrize("args, message", [

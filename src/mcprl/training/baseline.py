@@ -59,12 +59,14 @@ def read_plan(run_dir: Path) -> EqualTime:
 
 
 def equal_time_config(plan: EqualTime, config: Path | None, overrides: list[str]) -> TrainConfig:
-    """The run's own config (or `config`), with the plan's steps and output directory; the user's overrides
-    come last, except for the keys the plan owns."""
+    """The run's own config (or `config`), with the plan's steps, output directory and run name (W&B's
+    `<name>_sft_only`); the user's overrides come last, except for the keys the plan owns."""
     owned = [o for o in overrides if o.split("=", 1)[0].strip() in OWN_KEYS]
     if owned:
         raise ConfigError(f"--equal-time sets {', '.join(OWN_KEYS)} itself; drop {', '.join(owned)}")
-    return load_train_config(config or plan.run_dir / "config.yaml", [*plan.overrides(), *overrides])
+    path = config or plan.run_dir / "config.yaml"
+    name = load_train_config(path).run.name
+    return load_train_config(path, [*plan.overrides(), f"run.name={name}_sft_only", *overrides])
 
 
 def compare_with_run(plan: EqualTime, baseline_dir: Path) -> dict[str, Any]:
