@@ -18,7 +18,7 @@ from mcprl.training.config import ConfigError, TrainConfig, load_train_config
 
 SUMMARY = "summary.json"
 # Keys the baseline sets itself: overriding them would undo the equal time or the comparison.
-OWN_KEYS = ("sft.max_steps", "sft.max_seconds", "sft.enabled")
+OWN_KEYS = ("sft.max_steps", "sft.max_seconds", "sft.enabled", "eval.after_sft")
 
 
 @dataclass(frozen=True)
