@@ -8,19 +8,29 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mcprl.training.baseline import EqualTime, compare_with_run, equal_time_config, read_plan
+from mcprl.training.baseline import compare_with_run, equal_time_config, read_plan
 from mcprl.training.config import ConfigError, load_train_config, save_config
 from tests.support.cli import train_app
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
 
 
-def finished_run(tmp_path, **summary) -> Path:
+def _eval_dir(path: Path, solved: dict[str, float]) -> None:
+    path.mkdir(parents=True)
+    families = {task: task.split("-")[0] for task in solved}
+    (path / "aggregated_results.json").write_text(json.dumps(
+        {"overall": {"pass@1": sum(solved.values()) / len(solved)}, "per_task": solved, "task_family": families}))
+
+
+def finished_run(tmp_path, evals=None, **summary) -> Path:
+    """A run directory as `make train` leaves it: config, summary, and the evals (name -> task -> pass)."""
     run = tmp_path / "runs" / "quick"
     run.mkdir(parents=True)
     save_config(load_train_config(QUICKSTART, ["run.seed=7", f"run.output_dir={run}"]), run / "config.yaml")
     defaults = {"train_seconds": 1051.0, "sft_steps": 160, "sft_seconds": 612.0, "grpo_steps": 4}
     (run / "summary.json").write_text(json.dumps({**defaults, **summary}))
+    for name, solved in ({"grpo": {"a-1": 1.0}} if evals is None else evals).items():
+        _eval_dir(run / f"eval_{name}", solved)
     return run
 
 
@@ -44,6 +54,11 @@ def test_a_run_without_a_summary_is_a_clear_error(tmp_path):
         read_plan(tmp_path)
 
 
+def test_a_run_without_an_eval_is_refused_before_any_training(tmp_path):
+    with pytest.raises(ConfigError, match="no eval_grpo/ or eval_sft/"):
+        read_plan(finished_run(tmp_path, evals={}))
+
+
 def test_the_baseline_takes_the_runs_config_with_its_own_steps_and_directory(tmp_path):
     run = finished_run(tmp_path)
     cfg = equal_time_config(read_plan(run), None, ["sft.lr=2e-4"])
@@ -56,21 +71,13 @@ def test_the_baseline_takes_the_runs_config_with_its_own_steps_and_directory(tmp
             equal_time_config(read_plan(run), None, [owned])
 
 
-def _eval_dir(path: Path, solved: dict[str, float]) -> None:
-    path.mkdir(parents=True)
-    families = {task: task.split("-")[0] for task in solved}
-    (path / "aggregated_results.json").write_text(json.dumps(
-        {"overall": {"pass@1": sum(solved.values()) / len(solved)}, "per_task": solved, "task_family": families}))
-
-
 def test_the_comparison_lands_in_the_baselines_summary(tmp_path):
-    run = finished_run(tmp_path)
-    _eval_dir(run / "eval_sft", {"a-1": 0.0, "b-1": 0.0, "c-1": 0.0})
-    _eval_dir(run / "eval_grpo", {"a-1": 1.0, "b-1": 1.0, "c-1": 0.0})
+    run = finished_run(tmp_path, evals={"sft": {"a-1": 0.0, "b-1": 0.0, "c-1": 0.0},
+                                        "grpo": {"a-1": 1.0, "b-1": 1.0, "c-1": 0.0}})
     baseline = tmp_path / "baseline"
     _eval_dir(baseline / "eval_sft", {"a-1": 1.0, "b-1": 0.0, "c-1": 1.0})
     (baseline / "summary.json").write_text(json.dumps({"sft_steps": 275}))
-    record = compare_with_run(EqualTime(run, 1051.0, 160, 612.0), baseline)
+    record = compare_with_run(read_plan(run), baseline)
     assert record["run_eval"] == "eval_grpo"  # the run's last eval, not its warm start
     paired = record["baseline_vs_run"]
     assert (paired["tasks"], paired["better"], paired["worse"], paired["same"]) == (3, 1, 1, 1)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mcprl.training.callbacks import SUMMARY_FILE, write_summary
 from mcprl.training.config import ConfigError, TrainConfig, load_train_config
 
-SUMMARY = "summary.json"
 # Keys the baseline sets itself: overriding them would undo the equal time or the comparison.
 OWN_KEYS = ("sft.max_steps", "sft.max_seconds", "sft.enabled", "eval.after_sft")
 
@@ -27,6 +27,7 @@ class EqualTime:
     train_seconds: float  # the run's SFT + GRPO, evals excluded
     sft_steps: int  # the run's
     sft_seconds: float  # the run's
+    run_eval: Path  # the run's last eval (eval_grpo/), which the baseline's eval_sft/ is compared with
 
     @property
     def steps(self) -> int:
@@ -44,8 +45,10 @@ class EqualTime:
 
 
 def read_plan(run_dir: Path) -> EqualTime:
-    """The equal-time plan from a finished run's summary.json; a clear error for what cannot be matched."""
-    path = Path(run_dir) / SUMMARY
+    """The equal-time plan from a finished run's summary.json; a clear error, before any training, for what
+    cannot be matched or compared."""
+    run_dir = Path(run_dir)
+    path = run_dir / SUMMARY_FILE
     if not path.is_file():
         raise ConfigError(f"--equal-time: {path} not found; the run must have finished (make train writes it)")
     summary = json.loads(path.read_text(encoding="utf-8"))
@@ -54,8 +57,11 @@ def read_plan(run_dir: Path) -> EqualTime:
     if not summary.get("sft_steps") or not summary.get("sft_seconds"):
         raise ConfigError(f"--equal-time: {path} has no SFT pace (sft_steps, sft_seconds; runs before this option "
                           "lacked sft_seconds): give the baseline its steps with -o sft.max_steps=N instead")
-    return EqualTime(Path(run_dir), float(summary["train_seconds"]), int(summary["sft_steps"]),
-                     float(summary["sft_seconds"]))
+    evals = [run_dir / f"eval_{name}" for name in ("grpo", "sft") if (run_dir / f"eval_{name}").is_dir()]
+    if not evals:
+        raise ConfigError(f"--equal-time: {run_dir} has no eval_grpo/ or eval_sft/ to compare with")
+    return EqualTime(run_dir, float(summary["train_seconds"]), int(summary["sft_steps"]),
+                     float(summary["sft_seconds"]), evals[0])
 
 
 def equal_time_config(plan: EqualTime, config: Path | None, overrides: list[str]) -> TrainConfig:
@@ -75,16 +81,13 @@ def compare_with_run(plan: EqualTime, baseline_dir: Path) -> dict[str, Any]:
     from mcprl.eval.compare import paired_results
     from mcprl.eval.results import load_results
 
-    run_eval = next((plan.run_dir / f"eval_{name}" for name in ("grpo", "sft")
-                     if (plan.run_dir / f"eval_{name}").is_dir()), None)
-    if run_eval is None:
-        raise ConfigError(f"--equal-time: {plan.run_dir} has no eval_grpo/ or eval_sft/ to compare with")
-    test = paired_results(load_results(run_eval), load_results(Path(baseline_dir) / "eval_sft"))
-    record = {"run": str(plan.run_dir), "run_eval": run_eval.name, "run_train_seconds": plan.train_seconds,
+    baseline_dir = Path(baseline_dir)
+    test = paired_results(load_results(plan.run_eval), load_results(baseline_dir / "eval_sft"))
+    record = {"run": str(plan.run_dir), "run_eval": plan.run_eval.name, "run_train_seconds": plan.train_seconds,
               "run_sft_seconds_per_step": round(plan.sft_seconds / plan.sft_steps, 3), "sft_steps": plan.steps,
               "baseline_vs_run": test.to_dict() if test is not None else None,
-              "describe": test.describe(f"{plan.run_dir.name} ({run_eval.name})", "SFT alone") if test else None}
-    path = Path(baseline_dir) / SUMMARY
+              "describe": test.describe(f"{plan.run_dir.name} ({plan.run_eval.name})", "SFT alone") if test else None}
+    path = baseline_dir / SUMMARY_FILE
     summary = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    path.write_text(json.dumps({**summary, "equal_time": record}, indent=1) + "\n", encoding="utf-8")
+    write_summary(baseline_dir, {**summary, "equal_time": record})
     return record

@@ -108,6 +108,9 @@ def to_number(value: Any) -> float | int | None:
     return None
 
 
+SUMMARY_FILE = "summary.json"
+
+
 def _json_safe(value: Any) -> Any:
     """Plain JSON: NaN/inf -> null, numpy/torch values -> numbers or lists, anything else -> str."""
     if isinstance(value, Mapping):
@@ -146,9 +149,14 @@ class MetricsJsonlCallback(Callback):
             fh.write(json.dumps(_json_safe(row), allow_nan=False) + "\n")
 
     def on_train_end(self, summary: dict[str, Any]) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(_json_safe(redact(summary)), indent=1, allow_nan=False)
-        (self.run_dir / "summary.json").write_text(text + "\n", encoding="utf-8")
+        write_summary(self.run_dir, summary)
+
+
+def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:
+    """RUN_DIR/summary.json, secrets redacted and NaN/inf written as null."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_json_safe(redact(summary)), indent=1, allow_nan=False)
+    (run_dir / SUMMARY_FILE).write_text(text + "\n", encoding="utf-8")
 
 
 class PPOHealthCallback(Callback):
