@@ -99,3 +99,29 @@ def test_bad_row_names_the_field():
     del row["success"]
     with pytest.raises(TrajectoryFormatError, match="success"):
         aggregate([row])
+
+
+def test_recovery_and_made_up_answers_after_errors():
+    """Recovery counts solved episodes among those with a failed call; a wrong answer while the last call
+    had failed is the number made up after an error."""
+    task = TASKS[0]
+    recovered = trajectory(task, 0, [tool_turn(ok=False, error_type="tool_error"), tool_turn(), answer_turn()], True)
+    made_up = trajectory(task, 1, [tool_turn(ok=False, error_type="tool_error"), answer_turn(-0.3)], False)
+    wrong_after_ok = trajectory(task, 2, [tool_turn(ok=False, error_type="tool_error"), tool_turn(), answer_turn(-0.3)],
+                                False)
+    clean = trajectory(task, 3, [tool_turn(), answer_turn()], True)
+    overall = aggregate([recovered, made_up, wrong_after_ok, clean])["overall"]
+    assert overall["failed_call_rate"] == pytest.approx(3 / 4)
+    assert overall["recovery_rate"] == pytest.approx(1 / 3)
+    assert overall["answer_after_error_rate"] == pytest.approx(1 / 3)
+    assert overall["false_completion_rate"] == pytest.approx(2 / 4)
+    assert aggregate([clean])["overall"]["recovery_rate"] is None  # nothing failed: no rate, not 0
+
+
+def test_metrics_by_family_and_by_style():
+    rows = [dict(trajectory(TASKS[0], 0, [tool_turn(), answer_turn()], True), family="last_price",
+                 env_extras={"style": "short"}),
+            dict(trajectory(TASKS[1], 0, [answer_turn(-0.3)], False), family="net_income", env_extras={"style": "ticker"})]
+    agg = aggregate(rows)
+    assert agg["by_family"]["last_price"]["pass@1"] == 1.0 and agg["by_family"]["net_income"]["pass@1"] == 0.0
+    assert set(agg["by_style"]) == {"short", "ticker"}

@@ -319,3 +319,24 @@ def test_an_answer_that_skips_a_required_post_earns_no_more_than_a_wrong_one():
         out = step(gt, state, format_answer(answer))
         assert not out["task_complete"]
     assert skipped.episode_return <= wrong.episode_return
+
+
+def _episode(gt, turns):
+    state = RewardState()
+    total = sum(step(gt, state, text, result)["total_reward"] for text, result in turns)
+    return total + episode_end(gt, state)["total_reward"], state
+
+
+def test_an_answer_made_up_after_an_error_is_a_wrong_answer_and_recovery_pays():
+    """After 'unknown ticker ...: did you mean ...?', retrying and answering right out-earns answering at once;
+    a number made up after the error gets the wrong-answer penalty and never beats a recovered success."""
+    gt = quote_task(tool_sequence=quote_task()["tool_sequence"][:1])
+    error = {"ok": False, "error": "unknown ticker 'Apple': did you mean 'AAPL'?", "error_type": "tool_error"}
+    recovered, state = _episode(gt, [(quote_call("Apple"), error), (quote_call(), OK), (format_answer("187.42"), None)])
+    assert state.solved
+    made_up, state = _episode(gt, [(quote_call("Apple"), error), (format_answer("50"), None)])
+    assert not state.solved
+    guessed_right, _ = _episode(gt, [(quote_call("Apple"), error), (format_answer("187.42"), None)])  # ungrounded
+    assert recovered > 0.9 > 0 > made_up and guessed_right < 0
+    wrong = HeuristicWeights().wrong_answer
+    assert made_up <= wrong + HeuristicWeights().shaping_cap

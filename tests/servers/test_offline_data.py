@@ -86,9 +86,27 @@ def test_fundamentals_add_up():
         assert pe is None or pe == round(market.last_bar(sym).close / market.ttm_eps(sym), 2)
 
 
+@pytest.mark.parametrize("typed,symbol", [
+    ("Nvidia", "NVDA"), ("Costco", "COST"), ("UnitedHealth", "UNH"), ("GE Aerospace", "GE"), ("Linde", "LIN"),
+    ("nvidia corp", "NVDA"), ("Exxon Mobil", "XOM"), ("merck", "MRK"), ("Amazon.com", "AMZN"), ("Costko", "COST"),
+    ("international business machines", "IBM"), ("The Home Depot", "HD"), ("mcdonalds", "MCD"), ("APPL", "AAPL"),
+    ("LN", "LIN"),
+])
+def test_an_unknown_ticker_that_names_a_company_suggests_its_symbol(typed, symbol):
+    """What people type for a company (its name, short name, a typo) gets the symbol back in the error,
+    the hint an agent retries with."""
+    with pytest.raises(NotFoundError, match=rf"unknown ticker '{typed}': did you mean '{symbol}'"):
+        MARKET.company(typed)
+
+
+def test_an_unknown_ticker_like_nothing_lists_the_known_ones():
+    with pytest.raises(NotFoundError, match=r"unknown ticker 'QQQQQ': known: AAPL, MSFT"):
+        MARKET.company("QQQQQ")
+
+
 def test_market_errors_name_the_value_and_the_fix():
     market = MARKET
-    with pytest.raises(NotFoundError, match=r"unknown ticker 'GOGL': did you mean 'GOOGL'\?"):
+    with pytest.raises(NotFoundError, match=r"unknown ticker 'GOGL': did you mean 'GOOGL' \(Alphabet Inc\.\)\?"):
         market.company("GOGL")
     with pytest.raises(InvalidArgumentError, match=r"bad start_date '2025-02-30': expected YYYY-MM-DD"):
         market.bars_between("AAPL", "2025-02-30", "2025-03-30")

@@ -66,11 +66,16 @@ class Draft:
 
 @dataclass(frozen=True)
 class Slip:
-    """A wrong call made (and then corrected) before step `before` of a plan, with the server's real error."""
+    """A failed call made (and then corrected) before step `before` of a plan, with the server's real error.
+
+    weight 0: a slip the demo recovers from without teaching it (a misspelled ticker); weight 1: the call
+    the policy should make first (the company as the user named it, which the server's hint turns into a symbol).
+    """
 
     before: int
     params: dict[str, Any]
     result: dict[str, Any]
+    weight: int = 0
 
 
 @dataclass
@@ -357,8 +362,8 @@ def draw_distinct(rng: random.Random, world: World, seen: set[str]) -> Draft:
     return draft
 
 
-async def _execute(tm: ToolManager, draft: Draft,
-                   episode: str) -> tuple[list[dict[str, Any]], Results, list[dict[str, Any]]]:
+async def execute_plan(tm: ToolManager, draft: Draft,
+                       episode: str) -> tuple[list[dict[str, Any]], Results, list[dict[str, Any]]]:
     calls, data, raw = [], [], []
     for step in draft.steps:
         params = step.params(data)
@@ -402,33 +407,35 @@ async def _slip(tm: ToolManager, calls: list[dict[str, Any]], known: list[str], 
     return None
 
 
-def _task(index: int, draft: Draft, calls: list[dict[str, Any]], data: Results, raw: list[dict[str, Any]],
-          tools: list[ToolInfo], *, split: str, seed: int, style: str,
-          slip: Slip | None = None) -> tuple[SkyRLSample, dict[str, Any]]:
+def build_task(index: int, draft: Draft, calls: list[dict[str, Any]], data: Results, raw: list[dict[str, Any]],
+               tools: list[ToolInfo], *, split: str, seed: int, style: str, slips: tuple[Slip, ...] = (),
+               source: str = "rules", info: dict[str, Any] | None = None) -> tuple[SkyRLSample, dict[str, Any]]:
+    """The task row and its expert demo; `slips` are failed calls the demo makes and recovers from. A
+    weight-1 slip is part of the expected path and adds a turn; a masked one changes only the demo."""
     servers = sorted({c["server"] for c in calls})
     allowed = [t for t in tools if t.server in servers and t.tool not in ADMIN_TOOLS]
     answer = draft.answer(data) if draft.answer else None
     must_call_with = draft.must_call_with(data) if draft.must_call_with else []
-    task_id = f"rules-{split}-{seed}-{index:05d}"
+    task_id = f"{source}-{split}-{seed}-{index:05d}"
     success: dict[str, Any] = {"must_call_tool": calls[0]["tool"],
                                "must_call_tools": list(dict.fromkeys(c["tool"] for c in calls))}
     if must_call_with:
         success["must_call_with"] = must_call_with
-    gt = {"task_id": task_id, "complexity": draft.complexity, "max_turns": len(calls) + 2, "success": success,
+    gt = {"task_id": task_id, "complexity": draft.complexity, "max_turns": len(calls) + sum(s.weight for s in slips) + 2, "success": success,
           "tool_sequence": [{"step": i + 1, **c} for i, c in enumerate(calls)],
           "limits": {"max_servers": len(servers), "max_tools": len(calls) + 1}, "answer": answer,
           "allowed_tools": [t.name for t in allowed]}
     prompt = [{"role": "system", "content": system_prompt(allowed, style=style)},
               {"role": "user", "content": draft.question}]
-    sample = SkyRLSample(data_source=f"rules/{'+'.join(servers)}", prompt=prompt,
+    sample = SkyRLSample(data_source=f"{source}/{'+'.join(servers)}", prompt=prompt,
                          reward_spec={"method": "rule", "ground_truth": gt},
                          extra_info={"template": draft.template, "entities": list(draft.entities), "split": split,
-                                     "dedup_key": plan_key(draft)})
+                                     "dedup_key": plan_key(draft), **(info or {})})
     messages = list(prompt)
     for i, (call, result) in enumerate(zip(calls, raw)):
-        if slip is not None and slip.before == i:
+        for slip in (s for s in slips if s.before == i):
             messages.append({"role": "assistant", "content": format_tool_call(call["tool"], slip.params, style),
-                             "weight": 0})
+                             **({} if slip.weight else {"weight": 0})})
             messages.append({"role": "user", "content": tool_response(slip.result)})
         messages.append({"role": "assistant", "content": format_tool_call(call["tool"], call["params"], style)})
         messages.append({"role": "user", "content": tool_response(result)})
@@ -454,10 +461,10 @@ async def generate_async(n: int, seed: int, *, style: str = "hermes", heldout: b
             job = bar.add_task(f"generating {n} {split} tasks", total=n)
             while len(out.samples) < n:
                 draft, episode = draw_distinct(rng, world, seen), new_episode()  # each task runs as its own episode, as in training
-                calls, data, raw = await _execute(tm, draft, episode)
+                calls, data, raw = await execute_plan(tm, draft, episode)
                 slip = await _slip(tm, calls, world.tickers, slips, episode) if slips.random() < recovery else None
-                sample, expert = _task(len(out.samples), draft, calls, data, raw, tools,
-                                       split=split, seed=seed, style=style, slip=slip)
+                sample, expert = build_task(len(out.samples), draft, calls, data, raw, tools, split=split, seed=seed,
+                                            style=style, slips=(slip,) if slip else ())
                 out.samples.append(sample)
                 out.experts.append(expert)
                 bar.advance(job)

@@ -67,6 +67,8 @@ def aggregate(
         "overall": group_metrics(trajs, ks, max_input_tokens),
         "by_data_source": _by(trajs, lambda t: t.data_source, ks, max_input_tokens),
         "by_complexity": _by(trajs, lambda t: t.complexity, ks, max_input_tokens),
+        "by_family": _by(trajs, lambda t: t.family or t.data_source, ks, max_input_tokens),
+        "by_style": _by(trajs, lambda t: str(t.env_extras.get("style") or "unknown"), ks, max_input_tokens),
         "n_tasks": len(per_task),
         "n_trajectories": len(trajs),
         "k": max(ks),
@@ -97,10 +99,30 @@ def group_metrics(trajs: Sequence[Trajectory], ks: Sequence[int], max_input_toke
         "tool_error_rate": _mean([c.result is not None and not c.result.ok for c in calls]),
         "malformed_rate": _mean([turn.kind == "malformed" for turn in turns]),
         "answer_rate": _mean([t.answered for t in trajs]),
+        "false_completion_rate": _mean([false_completion(t) for t in trajs]),
+        "failed_call_rate": _mean([bool(failed) for failed in map(failed_calls, trajs)]),
+        "recovery_rate": _mean([t.success for t in trajs if failed_calls(t)]),
+        "answer_after_error_rate": _mean([answered_after_error(t) for t in trajs if failed_calls(t)]),
         "context_overflow_rate": _mean([t.overflowed(max_input_tokens) for t in trajs]),
         "mean_response_tokens": _mean([t.response_tokens for t in trajs]),
     }
     return out
+
+
+def failed_calls(t: Trajectory) -> list[int]:
+    """Turn indexes of the calls that came back with an error."""
+    return [i for i, turn in enumerate(t.turns) if turn.result is not None and not turn.result.ok]
+
+
+def false_completion(t: Trajectory) -> bool:
+    """Answered, and the answer was wrong (or did not solve the task)."""
+    return t.answered and (t.answer_correct is False or (t.answer_correct is None and not t.success))
+
+
+def answered_after_error(t: Trajectory) -> bool:
+    """A wrong answer given while the last call had failed: the number made up after an error."""
+    failed, ok = failed_calls(t), [i for i, turn in enumerate(t.turns) if turn.result is not None and turn.result.ok]
+    return bool(failed) and false_completion(t) and (not ok or max(ok) < max(failed))
 
 
 def _by(

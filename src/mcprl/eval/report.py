@@ -148,20 +148,27 @@ def summary_renderable(run: RunData, alarms: Sequence[Mapping[str, Any]]) -> Ren
     ]
     parts.extend(Text(f"{phase:>5}: {line}") for phase, line in training_facts(run))
     if run.evals:
-        header, rows, styles = eval_rows(run.evals)
-        table = Table(title="evals")
-        for i, col in enumerate(header):
-            table.add_column(col, justify="left" if i == 0 else "right")
-        for row, style in zip(rows, styles, strict=True):
-            table.add_row(*([*row[:-1], Text(row[-1], style=style)] if len(header) > 2 else row))
-        parts.append(table)
+        parts.append(_console_table("evals", run.evals))
         parts.extend(Text(line) for line in paired_lines(run.evals))
     else:
         parts.append(Text("evals: not available (no eval_*/ directories)", style="dim"))
+    if run.natural:
+        parts.append(_console_table("natural held-out set (questions in people's words)", run.natural))
+        parts.extend(Text(line) for line in paired_lines(run.natural))
     labelled = [dict(a, kind=f"{a['source']}: {a['kind']}") for a in alarms]
     parts.extend(alarm_panels(labelled) or [Text("no alarms", style="green")])
     parts.extend(Text(f"note: {n}", style="dim") for n in run.notes)
     return Group(*parts)
+
+
+def _console_table(title: str, evals: Mapping[str, Mapping[str, Any]]) -> Table:
+    header, rows, styles = eval_rows(evals)
+    table = Table(title=title)
+    for i, col in enumerate(header):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    for row, style in zip(rows, styles, strict=True):
+        table.add_row(*([*row[:-1], Text(row[-1], style=style)] if len(header) > 2 else row))
+    return table
 
 
 def render_html(run: RunData, sections: Sequence[Section], alarms: Sequence[Mapping[str, Any]]) -> str:
@@ -186,6 +193,11 @@ def render_html(run: RunData, sections: Sequence[Section], alarms: Sequence[Mapp
         body += [f"<p>{e(line)}</p>" for line in paired_lines(run.evals)]
     else:
         body.append('<p class="na">Not available: the run has no eval_*/ directories.</p>')
+    if run.natural:
+        body.append("<h2>Natural held-out set (questions in people's words)</h2>")
+        header, rows, styles = eval_rows(run.natural)
+        body.append(_html_table(header, rows, last_col_classes=styles if len(header) > 2 else None))
+        body += [f"<p>{e(line)}</p>" for line in paired_lines(run.natural)]
     for s in sections:
         body.append(f"<h2>{e(s.title)}</h2>")
         if s.image is not None:

@@ -14,6 +14,7 @@ from mcprl.eval.errors import EvalError, RunDirError
 from mcprl.eval.results import load_results
 
 EVAL_ORDER = ("base", "sft", "grpo")
+NATURAL = "natural_"  # eval_natural_{base,sft,grpo}/: the natural held-out set (eval.natural), a table of its own
 
 
 @dataclass
@@ -24,6 +25,7 @@ class RunData:
     summary: dict[str, Any]
     evals: dict[str, dict[str, Any]]
     notes: list[str] = field(default_factory=list)
+    natural: dict[str, dict[str, Any]] = field(default_factory=dict)  # the natural set's evals, same names
 
     @property
     def grpo(self) -> pd.DataFrame:
@@ -41,11 +43,14 @@ def load_run(run_dir: Path) -> RunData:
     notes: list[str] = []
     metrics = load_metrics(run_dir / "metrics.jsonl", notes)
     summary = _load_summary(run_dir / "summary.json", notes)
-    evals = _load_evals(run_dir, summary, notes)
+    loaded = _load_evals(run_dir, summary, notes)
+    evals = {k: v for k, v in loaded.items() if not k.startswith(NATURAL)}
+    natural = {k.removeprefix(NATURAL): v for k, v in loaded.items() if k.startswith(NATURAL)}
     if metrics.empty and not evals:
         raise RunDirError(f"{run_dir} has no metrics.jsonl rows and no eval_*/ directories: nothing to report")
     config = run_dir / "config.yaml"
-    return RunData(run_dir, metrics, config.read_text() if config.is_file() else None, summary, evals, notes)
+    return RunData(run_dir, metrics, config.read_text() if config.is_file() else None, summary, evals, notes,
+                   {name: natural[name] for name in sorted(natural, key=eval_sort_key)})
 
 
 def load_metrics(path: Path, notes: list[str]) -> pd.DataFrame:

@@ -90,13 +90,18 @@ class FinetuneConfig:
 
 @dataclass
 class DataGenerateConfig:
-    method: Literal["rules", "llm", "specs"] = opt(
-        "rules", "How missing datasets are generated (`mcprl data generate --method`); rules needs no network.")
+    method: Literal["families", "rules", "llm", "specs"] = opt(
+        "families", "How missing datasets are generated (`mcprl data generate --method`): families (facts from the "
+                    "tools' outputs, 12 phrasings each, companies named as people name them) or rules (17 templates) "
+                    "need no network.")
     n_train: int = opt(300, "Training tasks to generate.")
     n_eval: int = opt(24, "Evaluation tasks to generate.")
     seed: int = opt(1, "Seed of the generator.")
-    recovery: float = opt(0.0, "rules: share of SFT demos that misspell a ticker, get the server's error and call "
-                               "again correctly (the slip is masked out of the loss); the tasks stay the same.")
+    recovery: float = opt(0.0, "Share of SFT demos that slip (a misspelled ticker; families also: a missing argument "
+                               "or a date in the user's format), get the server's error and call again correctly "
+                               "(the slip is masked out of the loss); the tasks stay the same.")
+    no_demo_families: list[str] = opt([], "families: families whose training tasks get no SFT demos, so GRPO must "
+                                           "learn them from reward alone (their held-out tasks measure it).")
 
 
 @dataclass
@@ -199,6 +204,9 @@ class AlgoConfig:
         "stratified", "Order of GRPO's prompts each epoch: stratified (seeded shuffle, then round-robin over task "
                       "families: extra_info.template, else data_source) or shuffle. Embedded trainer; SkyRL's loader "
                       "shuffles.")
+    prompts: Literal["all", "no_demo"] = opt(
+        "all", "GRPO's tasks: all training tasks, or no_demo: those without an SFT demo (data.generate.no_demo_families "
+               "and the phrasings kept from SFT), where reward is the only teacher.")
     probe: ProbeConfig = opt(ProbeConfig(), "Which task families GRPO draws prompts from, by the warm start's "
                                             "greedy pass rate on training tasks.")
     guard: GuardConfig = opt(GuardConfig(), "Greedy probes between GRPO steps that put the best weights back "
@@ -290,6 +298,9 @@ class EvalConfig:
     n_samples: int = opt(1, "Samples per task (pass@k needs k > 1).")
     max_tasks: int | None = opt(24, "Evaluate at most this many tasks (null: all).")
     temperature: float = opt(0.0, "Sampling temperature for evaluation (0: greedy).")
+    natural: str | None = opt(None, "A second held-out set evaluated beside data.eval at every eval, all of its tasks "
+                                    "(data/heldout/natural.jsonl: questions written by hand in people's words); "
+                                    "summary.json's eval_natural.")
 
 
 @dataclass

@@ -126,6 +126,8 @@ def trajectory_record(sample: SkyRLSample, sample_idx: int, output: dict[str, An
         "reward": float(sum(t.get("reward", 0.0) for t in trace)), "success": success, "answered": answered,
         "answer_correct": answers[-1].get("answer_correct") if answers else None,
         "stop_reason": stop, "env_extras": {"task_id": sample.task_id, "data_source": sample.data_source,
-                                            "complexity": gt.get("complexity")},
+                                            "complexity": gt.get("complexity"),
+                                            "style": sample.extra_info.get("entity_style") or sample.extra_info.get("style"),
+                                            "demo": sample.extra_info.get("demo")},
         "prompt_tokens": len(prompt_ids), "response_tokens": len(response_ids), "num_turns": len(trace),
     }

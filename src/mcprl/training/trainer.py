@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import MofNCompleteColumn, Progress, TaskID
 from skyrl.train.utils.trainer_utils import handle_dynamic_sampling
 
-from mcprl.data.rules import generate_splits
+from mcprl.data import families, rules
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
 from mcprl.envs.mcp_env import MCPToolEnv
 from mcprl.eval.metrics import CI_KEY
@@ -54,6 +54,13 @@ logger.disable("skyrl.train.utils.trainer_utils")  # dynamic sampling's banners;
 
 # ------------------------------------------------------------------------------------------------ data
 
+GENERATORS: dict[str, Callable[[Any], tuple[rules.RuleOutput, rules.RuleOutput]]] = {
+    "rules": lambda g: rules.generate_splits(g.n_train, g.n_eval, g.seed, recovery=g.recovery),
+    "families": lambda g: families.generate_splits(g.n_train, g.n_eval, g.seed, recovery=g.recovery,
+                                                   no_demo_families=tuple(g.no_demo_families)),
+}  # the generators that need no inputs, so a run can make its own data
+
+
 def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample], Path]:
     """Train tasks, held-out eval tasks (unseen entities) and expert demos; generated when missing, and
     generated again when `data.generate` changed since mcprl generated them (a stamp beside data.train
@@ -65,7 +72,7 @@ def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample]
     missing = not (train_path.exists() and eval_path.exists() and (experts_path.exists() or not needs_experts))
     stale = stamp.exists() and stamp.read_text() != wanted
     if cfg.data.regenerate or missing or stale:
-        if g.method != "rules":
+        if g.method not in GENERATORS:
             state = ("are missing" if missing else "were generated with other data.generate settings" if stale
                      else "are to be regenerated (data.regenerate)")
             raise ValueError(f"data files {state} and data.generate.method={g.method} needs inputs; "
@@ -73,7 +80,7 @@ def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample]
         if stale and not missing:
             console.print(f"data.generate changed since {train_path} was generated: generating it again")
         with console.status(f"generating {g.n_train} training and {g.n_eval} held-out tasks"):
-            train, held = generate_splits(g.n_train, g.n_eval, g.seed, recovery=g.recovery)
+            train, held = GENERATORS[g.method](g)
         write_samples(train.samples, train_path)
         write_samples(held.samples, eval_path)
         experts_path.parent.mkdir(parents=True, exist_ok=True)
@@ -117,15 +124,18 @@ def optimizer_for(policy: Policy, lr: float, weight_decay: float, warmup: int, t
 
 # ------------------------------------------------------------------------------------------- evaluate
 
-def evaluate(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: Path, name: str) -> dict[str, Any]:
+def evaluate(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: Path, name: str,
+             prefix: str = "") -> dict[str, Any]:
+    """One eval into RUN_DIR/eval_{prefix}{name}/; `prefix` "natural_" names the natural set's, whose tasks
+    all run (eval.max_tasks caps the generated set)."""
     from mcprl.eval.results import write_eval_outputs
 
-    subset = tasks[:cfg.eval.max_tasks] if cfg.eval.max_tasks else tasks
-    with episode_progress(f"eval_{name}", len(subset) * cfg.eval.n_samples, console) as on_episode:
+    subset = tasks[:cfg.eval.max_tasks] if cfg.eval.max_tasks and not prefix else tasks
+    with episode_progress(f"eval_{prefix}{name}", len(subset) * cfg.eval.n_samples, console) as on_episode:
         result = policy.rollouts.run(subset, cfg.eval.n_samples, policy.rollouts.sampling(cfg.eval.temperature),
                                      on_episode)
-    reference = run_dir / "eval_base"
-    results = write_eval_outputs(run_dir / f"eval_{name}", result.trajectories,
+    reference = run_dir / f"eval_{prefix}base"
+    results = write_eval_outputs(run_dir / f"eval_{prefix}{name}", result.trajectories,
                                  reference_dir=reference if name != "base" and reference.exists() else None,
                                  ks=sorted({1, cfg.eval.n_samples}), max_input_tokens=cfg.rollout.max_input_length,
                                  console=console)
@@ -354,6 +364,11 @@ def grpo_prompts(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], sta
     before the first step, and kept in the checkpoints so a resumed run draws the same prompts), mixed with
     every task at `algo.probe.share`. Position n is reproducible from (seed, n)."""
     probe, seed, order = cfg.algo.probe, cfg.run.seed, cfg.algo.prompt_order
+    if cfg.algo.prompts == "no_demo":
+        tasks = [t for t in tasks if t.extra_info.get("demo") is False]
+        if not tasks:
+            raise ValueError("algo.prompts=no_demo: no training task is marked without a demo (extra_info.demo); "
+                             "generate with data.generate.method=families")
     if not probe.per_family:
         return prompt_stream(tasks, seed, order)
     fresh = state.probe is None or state.grpo_step == 0
@@ -461,10 +476,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
     np.random.seed(cfg.run.seed)
     torch.manual_seed(cfg.run.seed)
     train_tasks, eval_tasks, experts_path = prepare_data(cfg)
+    natural_tasks = read_samples(Path(cfg.eval.natural)) if cfg.eval.natural else []
     policy = build_policy(cfg)
     if cfg.model.dtype == "auto" and not policy.bf16 and next(policy.model.parameters()).device.type == "cpu":
         console.print("[yellow]fp32: this CPU has neither AMX nor AVX512-BF16, so steps take about twice as long as "
-                      "in bf16; sft.max_seconds may stop SFT before sft.max_steps (docs/benchmarks.md)[/yellow]")
+                      "in bf16 (docs/results.md gives the time per kind of machine)[/yellow]")
     checkpoint = resume_from or (latest_checkpoint(run_dir) if resume else None)
     state = TrainState(phase="sft" if cfg.sft.enabled else "grpo")
     if checkpoint is not None:
@@ -477,12 +493,12 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
     summary: dict[str, Any] = {}
     try:
         if cfg.eval.before and "base" not in state.evals:
-            state.evals["base"] = _eval(policy, cfg, eval_tasks, run_dir, "base", callbacks, clock)
+            _evals(policy, cfg, eval_tasks, natural_tasks, run_dir, "base", state, callbacks, clock)
         if state.phase == "sft":
             run_sft(policy, cfg, experts_path, train_tasks, state, run_dir, callbacks, checkpoint, clock)
             state.phase, state.sft_seconds = "grpo", round(clock.total, 1)
             if cfg.eval.after_sft:
-                state.evals["sft"] = _eval(policy, cfg, eval_tasks, run_dir, "sft", callbacks, clock)
+                _evals(policy, cfg, eval_tasks, natural_tasks, run_dir, "sft", state, callbacks, clock)
             state.elapsed_s = clock.total
             # Phase boundary (step_grpo_0): the warm-started weights, no optimizer state (GRPO starts its
             # own). An --sft-only run ends here, so `--resume` or `--resume-from` later runs its GRPO.
@@ -493,11 +509,14 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
             run_grpo(policy, cfg, train_tasks, state, run_dir, callbacks, checkpoint, clock)
             state.phase = "done"
             if cfg.eval.after_grpo:
-                state.evals["grpo"] = _eval(policy, cfg, eval_tasks, run_dir, "grpo", callbacks, clock)
+                _evals(policy, cfg, eval_tasks, natural_tasks, run_dir, "grpo", state, callbacks, clock)
             state.elapsed_s = clock.total
             final = save_checkpoint(run_dir, state, policy.model, policy.tokenizer, None, None,
                                     {"engine": policy.engine.generator})
-        summary = {**{f"eval_{k}": v for k, v in state.evals.items()}, "paired": _paired(run_dir, state.evals),
+        generated = {k: v for k, v in state.evals.items() if not k.startswith(NATURAL)}
+        natural = {k.removeprefix(NATURAL): v for k, v in state.evals.items() if k.startswith(NATURAL)}
+        summary = {**{f"eval_{k}": v for k, v in generated.items()}, "paired": _paired(run_dir, generated),
+                   **({"eval_natural": natural, "paired_natural": _paired(run_dir, natural, NATURAL)} if natural else {}),
                    "train_seconds": round(clock.total, 1), "sft_steps": state.sft_step, "sft_seconds": state.sft_seconds,
                    "grpo_steps": state.grpo_step,
                    "final_checkpoint": str(final) if final else None,
@@ -526,27 +545,40 @@ def adopt_evals(checkpoint: Path, run_dir: Path, state: TrainState) -> None:
             del state.evals[name]
 
 
+NATURAL = "natural_"  # state.evals and eval_*/ directories of the natural held-out set (eval.natural)
+
+
+def _evals(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], natural: list[SkyRLSample], run_dir: Path,
+           name: str, state: TrainState, callbacks: CallbackList, clock: Clock) -> None:
+    state.evals[name] = _eval(policy, cfg, tasks, run_dir, name, callbacks, clock)
+    if natural:
+        state.evals[NATURAL + name] = _eval(policy, cfg, natural, run_dir, name, callbacks, clock, NATURAL)
+
+
 def _eval(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: Path, name: str,
-          callbacks: CallbackList, clock: Clock) -> dict[str, Any]:
+          callbacks: CallbackList, clock: Clock, prefix: str = "") -> dict[str, Any]:
     t0 = time.perf_counter()
-    results = evaluate(policy, cfg, tasks, run_dir, name)
+    results = evaluate(policy, cfg, tasks, run_dir, name, prefix)
     seconds = time.perf_counter() - t0
     clock.paused += seconds
-    callbacks.on_eval(name, results)
+    callbacks.on_eval(prefix + name, results)
     overall = results["overall"]
     return {"success_rate": overall.get("success_rate"), "pass@1": overall.get("pass@1"),
             CI_KEY: overall.get(CI_KEY),
             "by_complexity": {k: v.get("success_rate") for k, v in results.get("by_complexity", {}).items()},
-            "tool_error_rate": overall.get("tool_error_rate"), "mean_turns": overall.get("mean_turns"),
+            "by_family": {k: v.get("success_rate") for k, v in results.get("by_family", {}).items()},
+            "by_style": {k: v.get("success_rate") for k, v in results.get("by_style", {}).items()},
+            **{key: overall.get(key) for key in ("tool_error_rate", "mean_turns", "false_completion_rate",
+                                                 "failed_call_rate", "recovery_rate", "answer_after_error_rate")},
             "seconds": round(seconds, 1)}
 
 
-def _paired(run_dir: Path, evals: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _paired(run_dir: Path, evals: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
     """base -> sft -> grpo on the same held-out tasks: which tasks changed, and whether that is chance."""
     from mcprl.eval.compare import paired_evals
     from mcprl.eval.results import load_results
 
-    results = {name: load_results(run_dir / f"eval_{name}") for name in evals}
+    results = {name: load_results(run_dir / f"eval_{prefix}{name}") for name in evals}
     return {key: test.to_dict() for key, test in paired_evals(results).items()}
 
 

@@ -89,3 +89,20 @@ _ROWS = [
 # fmt: on
 
 COMPANIES: tuple[CompanySpec, ...] = tuple(CompanySpec(*row) for row in _ROWS)
+
+# The names people use for each company, besides its ticker and full name: what a user types, and what an
+# unknown-ticker error matches to suggest the symbol ("unknown ticker 'Costco': did you mean 'COST'?").
+SHORT_NAMES: dict[str, tuple[str, ...]] = {
+    "AAPL": ("Apple",), "MSFT": ("Microsoft",), "NVDA": ("Nvidia",), "GOOGL": ("Google", "Alphabet"),
+    "AMZN": ("Amazon",), "META": ("Meta", "Facebook"), "TSLA": ("Tesla",), "AVGO": ("Broadcom",),
+    "ORCL": ("Oracle",), "CRM": ("Salesforce",), "ADBE": ("Adobe",), "AMD": ("AMD",), "INTC": ("Intel",),
+    "CSCO": ("Cisco",), "IBM": ("IBM",), "QCOM": ("Qualcomm",), "NFLX": ("Netflix",), "JPM": ("JPMorgan", "JP Morgan Chase"),
+    "BAC": ("Bank of America",), "WFC": ("Wells Fargo",), "GS": ("Goldman Sachs", "Goldman"), "V": ("Visa",),
+    "MA": ("Mastercard",), "JNJ": ("Johnson & Johnson", "J&J"), "UNH": ("UnitedHealth",), "PFE": ("Pfizer",),
+    "MRK": ("Merck",), "ABBV": ("AbbVie",), "LLY": ("Eli Lilly", "Lilly"), "PG": ("Procter & Gamble", "P&G"),
+    "KO": ("Coca-Cola", "Coke"), "PEP": ("PepsiCo", "Pepsi"), "WMT": ("Walmart",), "COST": ("Costco",),
+    "HD": ("Home Depot",), "MCD": ("McDonald's",), "SBUX": ("Starbucks",), "NKE": ("Nike",), "XOM": ("Exxon", "ExxonMobil"),
+    "CVX": ("Chevron",), "CAT": ("Caterpillar",), "BA": ("Boeing",), "GE": ("GE", "GE Aerospace"),
+    "HON": ("Honeywell",), "DIS": ("Disney",), "VZ": ("Verizon",), "T": ("AT&T",), "NEE": ("NextEra",),
+    "PLD": ("Prologis",), "LIN": ("Linde",),
+}  # fmt: skip

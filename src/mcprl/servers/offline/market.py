@@ -9,13 +9,15 @@ are rounded once at generation, and everything derived is computed from the roun
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import math
+import re
 import random
 from dataclasses import dataclass
 from functools import cached_property
 
 from mcprl.servers.errors import InvalidArgumentError, NotFoundError, suggest
-from mcprl.servers.offline.companies import COMPANIES, CompanySpec
+from mcprl.servers.offline.companies import COMPANIES, SHORT_NAMES, CompanySpec
 
 FIRST_DAY = "2022-01-03"
 TODAY = "2025-12-31"  # the fixed "now": the last session; quotes are as of its close
@@ -68,6 +70,7 @@ HOLIDAYS = frozenset(
     }
 )
 
+_LEGAL_SUFFIX = re.compile(r",?\s+(inc\.?|incorporated|corporation|corp\.?|company|co\.|plc|group)$", re.IGNORECASE)
 _QUARTER_END = {1: "03-31", 2: "06-30", 3: "09-30", 4: "12-31"}
 _SEASONALITY = (0.97, 0.99, 1.0, 1.04)
 
@@ -130,6 +133,12 @@ class BalanceSummary:
     dividends_per_share: float
 
 
+def _fold(name: str) -> str:
+    """A name as compared: lower case, '&' kept, other punctuation and a leading 'the' dropped."""
+    words = re.sub(r"[^a-z0-9& ]+", " ", name.lower().replace("'", "")).split()
+    return " ".join(words[1:] if words[:1] == ["the"] else words)
+
+
 def trading_days(first: str = FIRST_DAY, last: str = TODAY) -> tuple[str, ...]:
     """NYSE sessions between two ISO dates, inclusive."""
     day, end, days = dt.date.fromisoformat(first), dt.date.fromisoformat(last), []
@@ -182,8 +191,32 @@ class MarketData:
     def spec(self, symbol: str) -> CompanySpec:
         key = symbol.strip().upper() if isinstance(symbol, str) else symbol
         if key not in self._specs:
-            raise NotFoundError(f"unknown ticker {symbol!r}: {suggest(str(key), list(self._specs))}")
+            raise NotFoundError(f"unknown ticker {symbol!r}: {self._hint(str(symbol))}")
         return self._specs[key]
+
+    @cached_property
+    def _names(self) -> dict[str, str]:
+        """Every way a company is named (full name, name without its legal suffix, short names), folded."""
+        names: dict[str, str] = {}
+        for spec in COMPANIES:
+            for name in (spec.name, _LEGAL_SUFFIX.sub("", spec.name), *SHORT_NAMES.get(spec.symbol, ())):
+                names.setdefault(_fold(name), spec.symbol)
+        return names
+
+    def _hint(self, value: str) -> str:
+        """The symbol a user most likely meant: a company's name or short name ('Costco', 'nvidia corp') names
+        its ticker, else the closest symbol or name: 'did you mean ...?', or the known symbols when nothing is close."""
+        folded = _fold(value)
+        symbol = self._names.get(folded)
+        if symbol is None and folded:
+            prefixed = sorted({s for name, s in self._names.items() if name.startswith(folded) or folded.startswith(name)})
+            symbol = prefixed[0] if len(prefixed) == 1 else None
+        if symbol is None:
+            close = difflib.get_close_matches(folded, list(self._names), n=1, cutoff=0.75)
+            symbol = self._names[close[0]] if close else None
+        if symbol is None:
+            return suggest(value.strip().upper(), list(self._specs))
+        return f"did you mean {symbol!r} ({self._specs[symbol].name})?"
 
     def company(self, symbol: str) -> Company:
         s = self.spec(symbol)
