@@ -99,7 +99,8 @@ def test_people_name_companies_and_the_demo_turns_names_into_tickers(train):
         ticker = sample.extra_info["entities"][0]
         assert f"did you mean '{ticker}'" in responses[first]
         assert calls[first].get("weight", 1) == 1  # the policy: look the company up as the user wrote it
-        assert f'"{ticker}"' in calls[first + 1]["content"]
+        fix = next(c for c in calls[first + 1:] if c.get("weight", 1) == 1)  # a masked slip may come between
+        assert f'"{ticker}"' in fix["content"]
 
 
 def test_slips_are_masked_and_fixed(train):

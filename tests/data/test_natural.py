@@ -64,7 +64,7 @@ def dump(samples):
 
 
 def test_the_file_on_disk_is_a_fresh_build_of_the_yaml(fresh):
-    """Answers are re-derived by executing every plan; run scripts/build_natural.py after editing the YAML."""
+    """Answers are re-derived by executing every plan; run `mcprl data natural` after editing the YAML."""
     on_disk = read_samples(BUILT)
     assert [s.task_id for s in on_disk] == [s.task_id for s in fresh]
     assert dump(on_disk) == dump(fresh)

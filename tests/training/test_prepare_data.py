@@ -11,7 +11,7 @@ from mcprl.training.trainer import prepare_data
 
 def _config(tmp_path, *extra):
     return load_train_config("configs/quickstart.yaml", [
-        "data.generate.n_train=6", "data.generate.n_eval=1", f"data.train={tmp_path / 'train.jsonl'}",
+        "data.generate.n_train=8", "data.generate.n_eval=1", "data.generate.recovery=0.0", f"data.train={tmp_path / 'train.jsonl'}",
         f"data.eval={tmp_path / 'test.jsonl'}", *extra])
 
 
@@ -37,7 +37,7 @@ def _slips(experts_path):
 
 def test_generated_once_then_again_only_when_the_generation_settings_change(tmp_path):
     train, _, experts = prepare_data(_config(tmp_path))
-    assert len(train) == 6 and _slips(experts) == 0
+    assert len(train) == 8 and _slips(experts) == 0
     written = experts.stat().st_mtime_ns
     prepare_data(_config(tmp_path))
     assert experts.stat().st_mtime_ns == written  # same settings: the files are reused

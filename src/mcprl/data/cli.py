@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(no_args_is_help=True, help="Generate, validate and convert task datasets.")
 console = Console(stderr=True)
-METHODS = ("rules", "llm", "specs")
+METHODS = ("families", "rules", "llm", "specs")
 STYLES = ("hermes", "json")
 ConfigOpt = typer.Option(None, "--servers-config", "-c", help="Servers YAML; default: mcprl's five servers (stdio).")
 
@@ -37,7 +37,7 @@ def _csv(value: Optional[str]) -> Optional[list[str]]:
 
 @app.command()
 def generate(
-    method: str = typer.Option(..., "--method", "-m", help="rules | llm | specs"),
+    method: str = typer.Option(..., "--method", "-m", help="families | rules | llm | specs"),
     out: Path = typer.Option(..., "--out", "-o", help="Output .jsonl/.json/.parquet, or a directory with --split."),
     n: int = typer.Option(100, "--n", envvar="N_SAMPLES", help="Tasks to generate (rules, llm)."),
     seed: int = typer.Option(0, "--seed", help="Fixes generation and the split."),
@@ -49,9 +49,13 @@ def generate(
                                            help="Expert trajectories; default <out stem>.experts.jsonl."),
     dropped: Optional[Path] = typer.Option(None, "--dropped",
                                            help="llm/specs: dropped tasks; default <out stem>.dropped.jsonl."),
-    heldout: bool = typer.Option(False, "--heldout", help="rules: draw from the held-out entities/templates."),
-    recovery: float = typer.Option(0.0, "--recovery", help="rules: share of expert demos that make a slip (a "
-                                   "misspelled ticker), get the real error and recover; the slip is not trained."),
+    heldout: bool = typer.Option(False, "--heldout", help="families/rules: the held-out companies (families: and "
+                                                        "phrasings)."),
+    recovery: float = typer.Option(0.0, "--recovery", help="families/rules: share of expert demos that make a slip (a "
+                                   "misspelled ticker; families also a missing argument or a date as the user wrote "
+                                   "it), get the real error and recover; the slip is not trained."),
+    no_demo: Optional[str] = typer.Option(None, "--no-demo", help="families: comma-separated families whose tasks "
+                                                                   "get no expert demos (learned by GRPO alone)."),
     servers_config: Optional[Path] = ConfigOpt,
     model: str = typer.Option("gpt-4o-mini", envvar="OPENAI_MODEL", help="llm: model name at the endpoint."),
     backend: str = typer.Option("chat", envvar="OPENAI_BACKEND", help="llm: chat (chat.completions) | responses."),
@@ -84,7 +88,9 @@ def generate(
     if method == "specs" and inp is None:
         raise _fail("--method specs needs --in FILE (conversation specs JSONL)")
     try:
-        if method == "rules":
+        if method == "families":
+            result = _families(n, seed, style, heldout, recovery, tuple(_csv(no_demo) or ()))
+        elif method == "rules":
             result = _rules(n, seed, style, heldout, recovery)
         elif method == "llm":
             result = _llm(n, seed, style, servers_config, model=model, backend=backend, max_tools=max_tools,
@@ -93,7 +99,7 @@ def generate(
         else:
             result = _specs(inp, servers_config, verify=verify, style=style, max_turns=max_turns)
         written = write_outputs(result, out, fractions=fractions, seed=seed, fmt=fmt, experts=experts,
-                                dropped=dropped, with_dropped=method != "rules")
+                                dropped=dropped, with_dropped=method not in ("rules", "families"))
     except (LLMError, ConfigError, ToolError, ValueError, OSError, ImportError) as e:
         raise _fail(str(e)) from None
     for path, count in written:
@@ -111,6 +117,32 @@ def _rules(n: int, seed: int, style: str, heldout: bool, recovery: float) -> Gen
         raise ImportError(f"the rule generator is not available ({e})") from None
     output = rules_generate(n, seed, style=style, heldout=heldout, recovery=recovery)
     return Generated(list(output.samples), list(output.experts), [])
+
+
+def _families(n: int, seed: int, style: str, heldout: bool, recovery: float, no_demo: tuple[str, ...]) -> Generated:
+    from mcprl.data.execute import Generated
+    from mcprl.data.families import generate
+
+    output = generate(n, seed, style=style, heldout=heldout, recovery=recovery, no_demo_families=no_demo)
+    return Generated(list(output.samples), list(output.experts), [])
+
+
+@app.command("natural")
+def natural_cmd(
+    spec: Path = typer.Option(Path("data/heldout/natural.yaml"), "--in", help="The hand-written tasks (YAML)."),
+    out: Path = typer.Option(Path("data/heldout/natural.jsonl"), "--out", help="Where the verified tasks go."),
+) -> None:
+    """Build the natural held-out set: execute every hand-written plan, take each answer from its results."""
+    from mcprl.data.natural import NaturalTaskError, build, write
+    from mcprl.tools.errors import ToolError
+
+    try:
+        samples = build(spec)
+    except (NaturalTaskError, ToolError, ValueError, OSError) as e:
+        raise _fail(str(e)) from None
+    write(samples, out)
+    console.print(f"wrote {len(samples):>6} rows to {out} "
+                  f"({len({s.extra_info['family'] for s in samples})} families)")
 
 
 def _llm(n: int, seed: int, style: str, servers_config: Optional[Path], *, domains: Optional[list[str]],

@@ -402,26 +402,30 @@ async def name_lookups(tm: ToolManager, task: FamilyTask, calls: list[dict[str, 
 
 
 async def recovery_slip(tm: ToolManager, task: FamilyTask, calls: list[dict[str, Any]], known: list[str],
-                        rng: random.Random, episode: str, taken: set[int]) -> Slip | None:
+                        rng: random.Random, episode: str) -> Slip | None:
     """One masked slip, fixed by the next call: a misspelled ticker, a missing argument, or a date in the
-    user's own format; None when the plan offers no spot for the kind drawn."""
-    kind = rng.choice(SLIP_KINDS)
-    if kind == "date_format" and task.slots.date and task.info["date_format"] != "iso":
-        spots = [i for i, c in enumerate(calls) if c["params"].get("start_date") == task.slots.date]
-        wrong = lambda p: {**p, "start_date": task.slots.values["date"], "end_date": task.slots.values["date"]}  # noqa: E731
-    elif kind == "missing_argument":
-        spots = [i for i, c in enumerate(calls) if len(c["params"]) > 1 and c["tool"] != "run_python"]
-        wrong = lambda p: (lambda gone: {k: v for k, v in p.items() if k != gone})(rng.choice(sorted(p)))  # noqa: E731
-    else:
-        spots = [i for i, c in enumerate(calls) if c["params"].get("ticker") or c["params"].get("symbol")]
-        wrong = lambda p: {**p, **{k: misspell(p[k], rng, known) for k in ("ticker", "symbol") if k in p}}  # noqa: E731
-    spots = [i for i in spots if i not in taken]
-    if not spots:
-        return None
-    i = rng.choice(spots)
-    params = wrong(calls[i]["params"])
-    result = await tm.execute_tool(f"{calls[i]['server']}.{calls[i]['tool']}", params, episode=episode)
-    return None if result["ok"] else Slip(i, params, result)
+    user's own format (kinds tried in a seeded order until the plan has a spot for one); None when none fits.
+    After a name lookup it is a slip copying the server's hint."""
+    for kind in rng.sample(SLIP_KINDS, len(SLIP_KINDS)):
+        if kind == "date_format":
+            if not task.slots.date or task.info["date_format"] == "iso":
+                continue
+            spots = [i for i, c in enumerate(calls) if c["params"].get("start_date") == task.slots.date]
+            wrong = lambda p: {**p, "start_date": task.slots.values["date"], "end_date": task.slots.values["date"]}  # noqa: E731
+        elif kind == "missing_argument":
+            spots = [i for i, c in enumerate(calls) if len(c["params"]) > 1 and c["tool"] != "run_python"]
+            wrong = lambda p: (lambda gone: {k: v for k, v in p.items() if k != gone})(rng.choice(sorted(p)))  # noqa: E731
+        else:
+            spots = [i for i, c in enumerate(calls) if c["params"].get("ticker") or c["params"].get("symbol")]
+            wrong = lambda p: {**p, **{k: misspell(p[k], rng, known) for k in ("ticker", "symbol") if k in p}}  # noqa: E731
+        if not spots:
+            continue
+        i = rng.choice(spots)
+        params = wrong(calls[i]["params"])
+        result = await tm.execute_tool(f"{calls[i]['server']}.{calls[i]['tool']}", params, episode=episode)
+        if not result["ok"]:
+            return Slip(i, params, result)
+    return None
 
 
 async def generate_async(n: int, seed: int, *, heldout: bool = False, progress: bool = True, recovery: float = 0.25,
@@ -457,7 +461,7 @@ async def generate_async(n: int, seed: int, *, heldout: bool = False, progress: 
                     raise GenerationError(f"{family}: no new plan in {DISTINCT_TRIES} draws")
                 seen.add(key)
                 if slip_rng.random() < recovery:
-                    extra = await recovery_slip(tm, task, calls, world.tickers, slip_rng, episode, {s.before for s in slips})
+                    extra = await recovery_slip(tm, task, calls, world.tickers, slip_rng, episode)
                     slips += [extra] if extra else []
                 sample, expert = build_task(len(out.samples), task.draft, calls, data, raw, tools, split=split, seed=seed,
                                             style=style, slips=tuple(sorted(slips, key=lambda s: s.before)),

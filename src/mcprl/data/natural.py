@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
+from mcprl.data.families import path_value
 from mcprl.data.prompting import system_prompt
+from mcprl.data.rules import GenerationError, printed_number
 from mcprl.data.sample import SkyRLSample, write_samples
 from mcprl.episode import new_episode
 from mcprl.rewards.answers import answer_matches
@@ -65,29 +67,6 @@ def load_spec(path: str | Path = SPEC_PATH) -> list[dict[str, Any]]:
     return tasks
 
 
-def resolve(data: Any, path: str) -> Any:
-    """The value at a dotted key path ("statements.0.net_income"); KeyError when any part is absent."""
-    value = data
-    for part in path.split("."):
-        if isinstance(value, list) and part.lstrip("-").isdigit() and -len(value) <= int(part) < len(value):
-            value = value[int(part)]
-        elif isinstance(value, dict) and part in value:
-            value = value[part]
-        else:
-            raise KeyError(part)
-    if value is None:
-        raise KeyError(path)
-    return value
-
-
-def printed_number(data: dict[str, Any]) -> float:
-    """The number a run_python step printed last (its last stdout line)."""
-    lines = str(data.get("stdout", "")).strip().splitlines()
-    if not lines:
-        raise ValueError(f"printed nothing (stderr: {str(data.get('stderr', '')).strip()[:200]!r})")
-    return float(lines[-1])
-
-
 def complexity(plan: list[dict[str, Any]]) -> str:
     """simple: one call; complex: 4+ calls, or 3+ calls over 2+ servers; medium: the rest."""
     n, servers = len(plan), len({s["server"] for s in plan})
@@ -122,11 +101,11 @@ def answer_of(task: dict[str, Any], results: list[Any]) -> Any:
     if spec.get("stdout"):
         try:
             return printed_number(data)
-        except ValueError as e:
-            raise NaturalTaskError(task_id, f"step {spec['step']} {e}") from None
+        except (GenerationError, ValueError) as e:
+            raise NaturalTaskError(task_id, f"step {spec['step']}: {e}") from None
     try:
-        value = resolve(data, str(spec["path"]))
-    except KeyError:
+        value = path_value(data, str(spec["path"]))
+    except GenerationError:
         raise NaturalTaskError(task_id, f"answer path {spec['path']!r} is missing in step {spec['step']}'s result: "
                                         f"{str(data)[:300]}") from None
     if "pattern" not in spec:
@@ -150,8 +129,8 @@ def _check_highest(task_id: str, spec: dict[str, Any], plan: list[dict[str, Any]
         params = plan[ref["step"] - 1]["params"] if 1 <= ref["step"] <= len(plan) else {}
         ticker = next((str(params[k]).upper() for k in TICKER_KEYS if k in params), None)
         try:
-            scores[ticker] = resolve(data_of(ref["step"]), ref["path"])
-        except KeyError:
+            scores[ticker] = path_value(data_of(ref["step"]), ref["path"])
+        except GenerationError:
             raise NaturalTaskError(task_id, f"path {ref['path']!r} is missing in step {ref['step']}") from None
     best = max(scores, key=lambda t: scores[t])
     if best != spec["value"]:

@@ -88,19 +88,24 @@ class FinetuneConfig:
     gradient_checkpointing: bool = opt(False, "Recompute activations in backward to save memory.")
 
 
+NO_DEMO_FAMILIES = ("net_income", "year_high", "dividend_yield", "open_on_date", "current_ratio",
+                    "revenue_per_employee", "bigger_market_cap", "alert_date")  # 8 of 50, lookups and chains
+NATURAL_SET = "data/heldout/natural.jsonl"  # in the repository; a run elsewhere without it skips that eval
+
+
 @dataclass
 class DataGenerateConfig:
     method: Literal["families", "rules", "llm", "specs"] = opt(
         "families", "How missing datasets are generated (`mcprl data generate --method`): families (facts from the "
                     "tools' outputs, 12 phrasings each, companies named as people name them) or rules (17 templates) "
                     "need no network.")
-    n_train: int = opt(300, "Training tasks to generate.")
-    n_eval: int = opt(24, "Evaluation tasks to generate.")
+    n_train: int = opt(600, "Training tasks to generate.")
+    n_eval: int = opt(100, "Evaluation tasks to generate (families: two per family).")
     seed: int = opt(1, "Seed of the generator.")
-    recovery: float = opt(0.0, "Share of SFT demos that slip (a misspelled ticker; families also: a missing argument "
+    recovery: float = opt(0.25, "Share of SFT demos that slip (a misspelled ticker; families also: a missing argument "
                                "or a date in the user's format), get the server's error and call again correctly "
                                "(the slip is masked out of the loss); the tasks stay the same.")
-    no_demo_families: list[str] = opt([], "families: families whose training tasks get no SFT demos, so GRPO must "
+    no_demo_families: list[str] = opt(list(NO_DEMO_FAMILIES), "families: families whose training tasks get no SFT demos, so GRPO must "
                                            "learn them from reward alone (their held-out tasks measure it).")
 
 
@@ -123,7 +128,7 @@ class DataConfig:
 class SFTConfig:
     enabled: bool = opt(True, "Run supervised fine-tuning on the expert demonstrations before GRPO.")
     epochs: float = opt(1.0, "Passes over the demonstrations (fractions allowed).")
-    max_steps: int | None = opt(160, "Stop after this many optimizer steps (overrides epochs).")
+    max_steps: int | None = opt(350, "Stop after this many optimizer steps (overrides epochs).")
     lr: float = opt(1e-4, "Learning rate (1e-4 for a full fine-tune; LoRA wants about 5e-4).")
     batch_size: int = opt(
         1, "Demonstrations per optimizer step: at equal demos and time, 1 learned far more than 4 "
@@ -139,7 +144,8 @@ class SFTConfig:
     lr_scheduler: LRSchedule = opt(
         "constant", "Learning-rate schedule after warm-up (cosine decays to 0 at max_steps or the last epoch).")
     max_seconds: float | None = opt(
-        900.0, "Stop SFT after this many training seconds (a cap on slow machines; time-matched baselines).")
+        None, "Stop SFT after this many training seconds (time-matched baselines); off by default: a cap would make "
+              "a slower machine train less.")
     ema_decay: float | None = opt(
         0.95, "Warm start = an exponential moving average of the SFT weights with this decay (0.95: about the "
               "last 20 steps; null: the last step's weights). At batch_size 1 the last few demos otherwise decide "
@@ -199,14 +205,15 @@ class AlgoConfig:
     loss_reduction: Literal["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "prompt_mean"] = opt(
         "token_mean", "How per-token losses are averaged.")
     group_size: int = opt(4, "Rollouts per prompt; advantages compare the rollouts of one prompt.")
-    prompts_per_step: int = opt(3, "Prompts per GRPO step (the batch is prompts_per_step * group_size rollouts).")
+    prompts_per_step: int = opt(4, "Prompts per GRPO step (the batch is prompts_per_step * group_size rollouts).")
     prompt_order: PromptOrder = opt(
         "stratified", "Order of GRPO's prompts each epoch: stratified (seeded shuffle, then round-robin over task "
                       "families: extra_info.template, else data_source) or shuffle. Embedded trainer; SkyRL's loader "
                       "shuffles.")
     prompts: Literal["all", "no_demo"] = opt(
-        "all", "GRPO's tasks: all training tasks, or no_demo: those without an SFT demo (data.generate.no_demo_families "
-               "and the phrasings kept from SFT), where reward is the only teacher.")
+        "no_demo", "GRPO's tasks: all training tasks, or no_demo: those without an SFT demo (data.generate.no_demo_families "
+                   "and the phrasings kept from SFT), where reward is the only teacher; data without demo marks "
+                   "(extra_info.demo: rules, llm, specs) trains on all.")
     probe: ProbeConfig = opt(ProbeConfig(), "Which task families GRPO draws prompts from, by the warm start's "
                                             "greedy pass rate on training tasks.")
     guard: GuardConfig = opt(GuardConfig(), "Greedy probes between GRPO steps that put the best weights back "
@@ -215,7 +222,7 @@ class AlgoConfig:
         False, "Replace one rollout of each group whose rollouts all failed by the task's expert demo (data.experts, "
                "replayed through the env), LUFFY-style: its tokens train at ratio 1 with the group's advantage. "
                "Embedded trainer.")
-    steps: int = opt(4, "GRPO steps.")
+    steps: int = opt(8, "GRPO steps.")
     epochs: int = opt(1, "PPO epochs over each step's batch.")
     micro_batch_size: int = opt(2, "Rollouts per forward/backward pass (gradients accumulate).")
     detach: Detach = opt(
@@ -296,9 +303,9 @@ class EvalConfig:
     after_sft: bool = opt(True, "Evaluate after SFT.")
     after_grpo: bool = opt(True, "Evaluate after GRPO.")
     n_samples: int = opt(1, "Samples per task (pass@k needs k > 1).")
-    max_tasks: int | None = opt(24, "Evaluate at most this many tasks (null: all).")
+    max_tasks: int | None = opt(None, "Evaluate at most this many tasks of data.eval (null: all).")
     temperature: float = opt(0.0, "Sampling temperature for evaluation (0: greedy).")
-    natural: str | None = opt(None, "A second held-out set evaluated beside data.eval at every eval, all of its tasks "
+    natural: str | None = opt(NATURAL_SET, "A second held-out set evaluated beside data.eval at every eval, all of its tasks "
                                     "(data/heldout/natural.jsonl: questions written by hand in people's words); "
                                     "summary.json's eval_natural.")
 
@@ -705,6 +712,11 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
         (cfg.eval.max_tasks is None or cfg.eval.max_tasks >= 1,
          f"eval.max_tasks must be >= 1 or null, got {cfg.eval.max_tasks}"),
         (cfg.eval.temperature >= 0, f"eval.temperature must be >= 0, got {cfg.eval.temperature}"),
+        (cfg.eval.natural in (None, NATURAL_SET) or Path(cfg.eval.natural).is_file(),
+         f"eval.natural {cfg.eval.natural} does not exist (the natural held-out set: data/heldout/natural.jsonl)"),
+        (not set(cfg.data.generate.no_demo_families) - _family_names(),
+         f"data.generate.no_demo_families: unknown families "
+         f"{', '.join(sorted(set(cfg.data.generate.no_demo_families) - _family_names()))}"),
         (cfg.logging.console_every >= 0, f"logging.console_every must be >= 0, got {cfg.logging.console_every}"),
         (cfg.skyrl.num_nodes >= 1 and cfg.skyrl.gpus_per_node >= 1, "skyrl.num_nodes and gpus_per_node must be >= 1"),
         (cfg.skyrl.tensor_parallel_size >= 1, "skyrl.tensor_parallel_size must be >= 1"),
@@ -712,6 +724,12 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
          "skyrl.num_inference_engines must be >= 1 or null"),
         (all("=" in o for o in cfg.skyrl.overrides), "skyrl.overrides entries must look like key=value"),
     ]
+
+
+def _family_names() -> set[str]:
+    from mcprl.data.families import FAMILIES
+
+    return set(FAMILIES)
 
 
 def _check_algorithm_names(algo: AlgoConfig) -> None:

@@ -364,11 +364,11 @@ def grpo_prompts(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], sta
     before the first step, and kept in the checkpoints so a resumed run draws the same prompts), mixed with
     every task at `algo.probe.share`. Position n is reproducible from (seed, n)."""
     probe, seed, order = cfg.algo.probe, cfg.run.seed, cfg.algo.prompt_order
-    if cfg.algo.prompts == "no_demo":
+    if cfg.algo.prompts == "no_demo" and any("demo" in t.extra_info for t in tasks):
         tasks = [t for t in tasks if t.extra_info.get("demo") is False]
         if not tasks:
-            raise ValueError("algo.prompts=no_demo: no training task is marked without a demo (extra_info.demo); "
-                             "generate with data.generate.method=families")
+            raise ValueError("algo.prompts=no_demo: every training task has an SFT demo; set "
+                             "data.generate.no_demo_families or algo.prompts=all")
     if not probe.per_family:
         return prompt_stream(tasks, seed, order)
     fresh = state.probe is None or state.grpo_step == 0
@@ -476,7 +476,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
     np.random.seed(cfg.run.seed)
     torch.manual_seed(cfg.run.seed)
     train_tasks, eval_tasks, experts_path = prepare_data(cfg)
-    natural_tasks = read_samples(Path(cfg.eval.natural)) if cfg.eval.natural else []
+    natural_tasks = read_samples(Path(cfg.eval.natural)) if cfg.eval.natural and Path(cfg.eval.natural).is_file() else []
+    if cfg.eval.natural and not natural_tasks:
+        console.print(f"[yellow]eval.natural: {cfg.eval.natural} not found here; the natural held-out eval is skipped[/yellow]")
     policy = build_policy(cfg)
     if cfg.model.dtype == "auto" and not policy.bf16 and next(policy.model.parameters()).device.type == "cpu":
         console.print("[yellow]fp32: this CPU has neither AMX nor AVX512-BF16, so steps take about twice as long as "
