@@ -98,7 +98,7 @@ def test_full_finetune_turns_lora_off_and_kl_maps_to_skyrl(tmp_path):
 def test_prepare_writes_parquet_that_skyrls_dataset_and_the_env_read_back(tmp_path, datasets):
     train, test = datasets
     cfg = quickstart(tmp_path, f"data.train={train}", f"data.eval={test}", "eval.max_tasks=4",
-                     "rollout.servers_config=servers.yaml")
+                     "rollout.servers_config=servers.yaml", "algo.steps=5", "algo.prompts_per_step=3")
     p = plan(cfg, prepare=True)
     assert p.train_data.suffix == ".parquet" and p.train_data.is_relative_to(tmp_path / "run")
     assert [s.to_dict() for s in read_samples(p.train_data)] == [s.to_dict() for s in read_samples(train)]

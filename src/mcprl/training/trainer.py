@@ -517,7 +517,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
                                     {"engine": policy.engine.generator})
         generated = {k: v for k, v in state.evals.items() if not k.startswith(NATURAL)}
         natural = {k.removeprefix(NATURAL): v for k, v in state.evals.items() if k.startswith(NATURAL)}
+        without_demos = _without_demos(run_dir, generated, cfg.data.generate.no_demo_families)
         summary = {**{f"eval_{k}": v for k, v in generated.items()}, "paired": _paired(run_dir, generated),
+                   **({"no_demo_families": without_demos} if without_demos else {}),
                    **({"eval_natural": natural, "paired_natural": _paired(run_dir, natural, NATURAL)} if natural else {}),
                    "train_seconds": round(clock.total, 1), "sft_steps": state.sft_step, "sft_seconds": state.sft_seconds,
                    "grpo_steps": state.grpo_step,
@@ -582,6 +584,27 @@ def _paired(run_dir: Path, evals: dict[str, Any], prefix: str = "") -> dict[str,
 
     results = {name: load_results(run_dir / f"eval_{prefix}{name}") for name in evals}
     return {key: test.to_dict() for key, test in paired_evals(results).items()}
+
+
+def _without_demos(run_dir: Path, evals: dict[str, Any], families: list[str]) -> dict[str, Any]:
+    """The held-out tasks of the families SFT had no demo of: pass@1 at each eval, and each eval against
+    the one before it on those tasks alone (where GRPO must do what SFT could not)."""
+    from mcprl.eval.results import load_results
+    from mcprl.eval.stats import paired
+
+    if not families or not evals:
+        return {}
+    results = {name: load_results(run_dir / f"eval_{name}") for name in evals}
+    subsets = {name: {t: v for t, v in r["per_task"].items() if r.get("task_family", {}).get(t) in families}
+               for name, r in results.items()}
+    if not any(subsets.values()):
+        return {}
+    names = list(subsets)
+    tests = {f"{b}_vs_{a}": paired(subsets[a], subsets[b], results[b].get("task_family"))
+             for a, b in zip(names, names[1:])}
+    return {"families": list(families), "n_tasks": max(len(v) for v in subsets.values()),
+            "pass@1": {n: (sum(v.values()) / len(v) if v else None) for n, v in subsets.items()},
+            "paired": {k: t.to_dict() for k, t in tests.items() if t is not None}}
 
 
 def _report(run_dir: Path) -> None:
