@@ -135,8 +135,8 @@ class CharTokenizer:
     (["algo.credit=turn"], "algo.credit=turn: turn-level credit is computed in the embedded trainer only"),
     (["algo.detach=context"], "algo.detach=context: the update skips those backward paths in the embedded"),
     (["finetune.top_layers=10"], "finetune.top_layers=10 with mode full: SkyRL's trainer fine-tunes every weight"),
-    (["algo.prompts_per_step=500"], "data.train has 300 tasks, fewer than algo.prompts_per_step=500"),
-    (["algo.micro_batch_size=5"], "SkyRL rejects the configuration: normalized policy_mini_batch_size_per_gpu 12 "
+    (["algo.prompts_per_step=1000"], "data.train has 600 tasks, fewer than algo.prompts_per_step=1000"),
+    (["algo.micro_batch_size=5"], "SkyRL rejects the configuration: normalized policy_mini_batch_size_per_gpu 16 "
                                   "should be divisible by micro_train_batch_size_per_gpu 5"),
     (["skyrl.num_inference_engines=2"], "must be the same when colocating all models"),
     (["skyrl.overrides=[trainer.no_such_key=1]"], "SkyRL rejects the configuration: Invalid fields {'no_such_key'}"),

@@ -78,7 +78,9 @@ def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch, mode):
     assert Path(summary["final_checkpoint"]).name == "step_done"
     weights = "adapter_model.safetensors" if mode == "lora" else "model.safetensors"
     assert any((p / "model" / weights).exists() for p in (run / "checkpoints").glob("step_*"))
-    assert {"eval_base", "eval_sft", "eval_grpo", "train_seconds"} <= set(summary)
+    assert {"eval_base", "eval_sft", "eval_grpo", "train_seconds", "eval_natural", "paired_natural"} <= set(summary)
+    assert set(summary["eval_natural"]) == {"base", "sft", "grpo"}  # the hand-written set, one task (eval.max_tasks)
+    assert (run / "eval_natural_grpo" / "trajectories.jsonl").read_text().count("\n") == 1
     assert all(summary[f"eval_{name}"]["seconds"] > 0 for name in ("base", "sft", "grpo"))
     assert all(len(summary[f"eval_{name}"]["ci95_pass@1"]) == 2 for name in ("base", "sft", "grpo"))
     assert set(summary["paired"]) == {"sft_vs_base", "grpo_vs_sft"} and summary["paired"]["grpo_vs_sft"]["tasks"] == 1

@@ -303,9 +303,9 @@ class EvalConfig:
     after_sft: bool = opt(True, "Evaluate after SFT.")
     after_grpo: bool = opt(True, "Evaluate after GRPO.")
     n_samples: int = opt(1, "Samples per task (pass@k needs k > 1).")
-    max_tasks: int | None = opt(None, "Evaluate at most this many tasks of data.eval (null: all).")
+    max_tasks: int | None = opt(None, "Evaluate at most this many tasks of each set (data.eval, eval.natural; null: all).")
     temperature: float = opt(0.0, "Sampling temperature for evaluation (0: greedy).")
-    natural: str | None = opt(NATURAL_SET, "A second held-out set evaluated beside data.eval at every eval, all of its tasks "
+    natural: str | None = opt(NATURAL_SET, "A second held-out set evaluated beside data.eval at every eval "
                                     "(data/heldout/natural.jsonl: questions written by hand in people's words); "
                                     "summary.json's eval_natural.")
 

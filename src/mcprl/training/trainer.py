@@ -126,11 +126,10 @@ def optimizer_for(policy: Policy, lr: float, weight_decay: float, warmup: int, t
 
 def evaluate(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: Path, name: str,
              prefix: str = "") -> dict[str, Any]:
-    """One eval into RUN_DIR/eval_{prefix}{name}/; `prefix` "natural_" names the natural set's, whose tasks
-    all run (eval.max_tasks caps the generated set)."""
+    """One eval into RUN_DIR/eval_{prefix}{name}/; `prefix` "natural_" names the natural set's."""
     from mcprl.eval.results import write_eval_outputs
 
-    subset = tasks[:cfg.eval.max_tasks] if cfg.eval.max_tasks and not prefix else tasks
+    subset = tasks[:cfg.eval.max_tasks] if cfg.eval.max_tasks else tasks
     with episode_progress(f"eval_{prefix}{name}", len(subset) * cfg.eval.n_samples, console) as on_episode:
         result = policy.rollouts.run(subset, cfg.eval.n_samples, policy.rollouts.sampling(cfg.eval.temperature),
                                      on_episode)
