@@ -35,7 +35,7 @@ from rich.progress import Progress
 
 from mcprl.data.rules import (DISTINCT_TRIES, POST_CHANNELS, Draft, GenerationError, Results, RuleOutput, Slip, Step, World,
                               alert_date, alert_of, build_task, build_world, execute_plan, fixed, misspell, pct_code,
-                              printed_number, _required, _statements, _gross_margin)
+                              printed_number, required_field, two_statements, article_gross_margin)
 from mcprl.episode import new_episode
 from mcprl.servers.offline.companies import SHORT_NAMES
 from mcprl.servers.offline.market import MarketData
@@ -82,8 +82,6 @@ LOOKUPS: dict[str, tuple[str, str, str, str, dict[str, Any]]] = {
        for f in ("dividend_yield", "price_to_book", "price_to_sales")},
 }
 BAR_FIELDS = {"close_on_date": "close", "open_on_date": "open", "high_on_date": "high", "volume_on_date": "volume"}
-COMPLEX = frozenset({"move_and_post", "growth_and_post", "pe_difference", "higher_pe", "bigger_market_cap",
-                     "alert_range", "revenue_per_employee"})
 
 
 @dataclass(frozen=True)
@@ -146,7 +144,7 @@ def _income(t: str, limit: int = 2) -> Step:
 
 
 def _growth(r: Results) -> str:
-    return pct_code(_statements(r[0])[0]["revenue"], _statements(r[0])[1]["revenue"])
+    return pct_code(two_statements(r[0])[0]["revenue"], two_statements(r[0])[1]["revenue"])
 
 
 def _alert_search(t: str) -> Step:
@@ -163,7 +161,7 @@ def _which(field: str) -> Callable[[Slots], tuple[Step, ...]]:
     def plan(s: Slots) -> tuple[Step, ...]:
         a, b = s.tickers
         return (Step("fmp", "get_quote", fixed(symbol=a)), Step("fmp", "get_quote", fixed(symbol=b)),
-                _python(lambda r: f"print('{a}' if {_required(r[0], field)} > {_required(r[1], field)} else '{b}')"))
+                _python(lambda r: f"print('{a}' if {required_field(r[0], field)} > {required_field(r[1], field)} else '{b}')"))
     return plan
 
 
@@ -192,7 +190,7 @@ def _families() -> dict[str, Family]:
                lambda r: r[0]["results"][0]["url"]),
         Family("article_margin", "medium", lambda s: (
             Step("tavily", "search", fixed(query=s.values["query"], max_results=3)),
-            Step("tavily", "extract", lambda r: {"urls": [r[0]["results"][0]["url"]]})), lambda r: _gross_margin(r[1])),
+            Step("tavily", "extract", lambda r: {"urls": [r[0]["results"][0]["url"]]})), lambda r: article_gross_margin(r[1])),
         Family("post_message", "simple", lambda s: (Step("slack", "post_message", fixed(
             channel=s.values["channel"], text=s.values["message"])),), None, _post(lambda s, r: s.values["message"])),
         Family("calculate", "simple", lambda s: (_python(lambda r: f"print({s.values['expr']})"),),
@@ -206,11 +204,11 @@ def _families() -> dict[str, Family]:
                lambda r: printed_number(r[1])),
         Family("revenue_per_employee", "complex", lambda s: (
             _income(s.tickers[0], 1), Step("polygon", "get_ticker_details", fixed(ticker=s.tickers[0])),
-            _python(lambda r: f"print(round({_statements_first(r[0])} / {r[1]['total_employees']}, 2))")),
+            _python(lambda r: f"print(round({path_value(r[0], 'statements.0.revenue')} / {r[1]['total_employees']}, 2))")),
             lambda r: printed_number(r[2])),
         Family("pe_difference", "complex", lambda s: (
             Step("fmp", "get_quote", fixed(symbol=s.tickers[0])), Step("fmp", "get_quote", fixed(symbol=s.tickers[1])),
-            _python(lambda r: f"print(round({_required(r[0], 'pe')} - {_required(r[1], 'pe')}, 2))")),
+            _python(lambda r: f"print(round({required_field(r[0], 'pe')} - {required_field(r[1], 'pe')}, 2))")),
             lambda r: printed_number(r[2])),
         Family("higher_pe", "complex", _which("pe"), lambda r: r[2]["stdout"].strip()),
         Family("bigger_market_cap", "complex", _which("market_cap"), lambda r: r[2]["stdout"].strip()),
@@ -228,13 +226,6 @@ def _families() -> dict[str, Family]:
             lambda r: printed_number(r[1]), _post(text["growth_and_post"])),
     ]
     return {f.name: f for f in fams}
-
-
-def _statements_first(data: dict[str, Any]) -> int:
-    statements = data.get("statements") or []
-    if not statements:
-        raise GenerationError("no income statement")
-    return statements[0]["revenue"]
 
 
 FAMILIES: dict[str, Family] = _families()

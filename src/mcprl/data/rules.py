@@ -165,7 +165,7 @@ def pe_ratio(rng: random.Random, w: World) -> Draft:
     q = pick(rng, ("What is the P/E ratio of {t}?", "What price-to-earnings ratio does {n} ({t}) trade at?"),
              t=t, n=w.names[t])
     return Draft("pe_ratio", "simple", q, (Step("fmp", "get_quote", fixed(symbol=t)),),
-                 lambda r: _required(r[0], "pe"), (t,))
+                 lambda r: required_field(r[0], "pe"), (t,))
 
 
 def calculate(rng: random.Random, w: World) -> Draft:
@@ -214,8 +214,8 @@ def revenue_growth(rng: random.Random, w: World) -> Draft:
                    "How much did {n} ({t}) grow its annual revenue in the latest fiscal year, in percent? Use its "
                    "income statements and compute it with Python, rounded to 2 decimals."), t=t, n=w.names[t])
     steps = (Step("fmp", "get_income_statement", fixed(symbol=t, period="annual", limit=2)),
-             Step("python", "run_python", lambda r: {"code": pct_code(_statements(r[0])[0]["revenue"],
-                                                                      _statements(r[0])[1]["revenue"])}))
+             Step("python", "run_python", lambda r: {"code": pct_code(two_statements(r[0])[0]["revenue"],
+                                                                      two_statements(r[0])[1]["revenue"])}))
     return Draft("revenue_growth", "medium", q, steps, lambda r: printed_number(r[1]), (t,))
 
 
@@ -226,7 +226,7 @@ def article_margin(rng: random.Random, w: World) -> Draft:
                    "Find the article for '{s}' and read it: what gross margin percentage does it report?"), s=query)
     steps = (Step("tavily", "search", fixed(query=query, max_results=3)),
              Step("tavily", "extract", lambda r: {"urls": [r[0]["results"][0]["url"]]}))
-    return Draft("article_margin", "medium", q, steps, lambda r: _gross_margin(r[1]), (t,))
+    return Draft("article_margin", "medium", q, steps, lambda r: article_gross_margin(r[1]), (t,))
 
 
 def quote_and_post(rng: random.Random, w: World) -> Draft:
@@ -272,8 +272,8 @@ def growth_and_post(rng: random.Random, w: World) -> Draft:
                    "(2 decimals), post '{t} revenue growth: <growth>%' to #{c}, and answer with the growth.",), t=t, c=ch)
     text = lambda r: f"{t} revenue growth: {printed_number(r[1])}%"  # noqa: E731
     steps = (Step("fmp", "get_income_statement", fixed(symbol=t, period="annual", limit=2)),
-             Step("python", "run_python", lambda r: {"code": pct_code(_statements(r[0])[0]["revenue"],
-                                                                      _statements(r[0])[1]["revenue"])}),
+             Step("python", "run_python", lambda r: {"code": pct_code(two_statements(r[0])[0]["revenue"],
+                                                                      two_statements(r[0])[1]["revenue"])}),
              Step("slack", "post_message", lambda r: {"channel": ch, "text": text(r)}))
     return Draft("growth_and_post", "complex", q, steps, lambda r: printed_number(r[1]), (t,),
                  lambda r: [{"tool": "post_message", "params": {"channel": ch, "text": text(r)}}])
@@ -285,7 +285,7 @@ def compare_pe(rng: random.Random, w: World) -> Draft:
                    "to 2 decimals.",), a=a, b=b)
     steps = (Step("fmp", "get_quote", fixed(symbol=a)), Step("fmp", "get_quote", fixed(symbol=b)),
              Step("python", "run_python",
-                  lambda r: {"code": f"print(round({_required(r[0], 'pe')} - {_required(r[1], 'pe')}, 2))"}))
+                  lambda r: {"code": f"print(round({required_field(r[0], 'pe')} - {required_field(r[1], 'pe')}, 2))"}))
     return Draft("compare_pe", "complex", q, steps, lambda r: printed_number(r[2]), (a, b))
 
 
@@ -307,20 +307,20 @@ TEMPLATES: dict[str, tuple[Callable[[random.Random, World], Draft], ...]] = {
 }
 
 
-def _required(data: dict[str, Any], key: str) -> Any:
+def required_field(data: dict[str, Any], key: str) -> Any:
     if data.get(key) is None:
         raise GenerationError(f"'{key}' missing in {data}")
     return data[key]
 
 
-def _statements(data: dict[str, Any]) -> list[dict[str, Any]]:
+def two_statements(data: dict[str, Any]) -> list[dict[str, Any]]:
     statements = data.get("statements") or []
     if len(statements) < 2:
         raise GenerationError(f"need two statements, got {len(statements)}")
     return statements
 
 
-def _gross_margin(data: dict[str, Any]) -> float:
+def article_gross_margin(data: dict[str, Any]) -> float:
     text = data["results"][0]["raw_content"]
     marker = "Gross margin was "
     if marker not in text:
