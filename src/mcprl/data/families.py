@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 import yaml
 from rich.progress import Progress
 
-from mcprl.data.rules import (DISTINCT_TRIES, POST_CHANNELS, Draft, GenerationError, Results, RuleOutput, Slip, Step, World,
+from mcprl.data.rules import (DISTINCT_TRIES, POST_CHANNELS, TICKER_KEYS, Draft, GenerationError, Results, RuleOutput, Slip, Step, World,
                               alert_date, alert_of, build_task, build_world, execute_plan, fixed, misspell, pct_code,
                               printed_number, required_field, two_statements, article_gross_margin)
 from mcprl.episode import new_episode
@@ -376,7 +376,7 @@ async def name_lookups(tm: ToolManager, task: FamilyTask, calls: list[dict[str, 
     """The first call with each company named in words, as written, and the server's hint (weight 1: the policy)."""
     slips, seen = [], set()
     for i, call in enumerate(calls):
-        for key in ("ticker", "symbol"):
+        for key in TICKER_KEYS:
             ticker = call["params"].get(key)
             if ticker not in task.slots.tickers or ticker in seen:
                 continue
@@ -408,7 +408,7 @@ async def recovery_slip(tm: ToolManager, task: FamilyTask, calls: list[dict[str,
             wrong = lambda p: (lambda gone: {k: v for k, v in p.items() if k != gone})(rng.choice(sorted(p)))  # noqa: E731
         else:
             spots = [i for i, c in enumerate(calls) if c["params"].get("ticker") or c["params"].get("symbol")]
-            wrong = lambda p: {**p, **{k: misspell(p[k], rng, known) for k in ("ticker", "symbol") if k in p}}  # noqa: E731
+            wrong = lambda p: {**p, **{k: misspell(p[k], rng, known) for k in TICKER_KEYS if k in p}}  # noqa: E731
         if not spots:
             continue
         i = rng.choice(spots)

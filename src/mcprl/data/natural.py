@@ -19,7 +19,7 @@ import yaml
 
 from mcprl.data.families import path_value
 from mcprl.data.prompting import system_prompt
-from mcprl.data.rules import GenerationError, printed_number
+from mcprl.data.rules import TICKER_KEYS, GenerationError, printed_number
 from mcprl.data.sample import SkyRLSample, write_samples
 from mcprl.episode import new_episode
 from mcprl.rewards.answers import answer_matches
@@ -31,7 +31,6 @@ SPEC_PATH = Path("data/heldout/natural.yaml")
 OUT_PATH = Path("data/heldout/natural.jsonl")
 SPLIT = "natural"
 STYLES = ("ticker", "name", "short", "none")
-TICKER_KEYS = ("ticker", "symbol")
 _REQUIRED = ("id", "family", "style", "question", "plan", "answer")
 
 

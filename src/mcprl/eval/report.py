@@ -171,6 +171,12 @@ def _console_table(title: str, evals: Mapping[str, Mapping[str, Any]]) -> Table:
     return table
 
 
+def _html_evals(evals: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    header, rows, styles = eval_rows(evals)
+    table = _html_table(header, rows, last_col_classes=styles if len(header) > 2 else None)
+    return [table, *(f"<p>{html.escape(line)}</p>" for line in paired_lines(evals))]
+
+
 def render_html(run: RunData, sections: Sequence[Section], alarms: Sequence[Mapping[str, Any]]) -> str:
     e = html.escape
     body = [f"<h1>mcprl run report: {e(run.run_dir.name)}</h1>", f'<p class="muted">{e(str(run.run_dir))}</p>']
@@ -188,16 +194,12 @@ def render_html(run: RunData, sections: Sequence[Section], alarms: Sequence[Mapp
     )
     body.append("<h2>Evals</h2>")
     if run.evals:
-        header, rows, styles = eval_rows(run.evals)
-        body.append(_html_table(header, rows, last_col_classes=styles if len(header) > 2 else None))
-        body += [f"<p>{e(line)}</p>" for line in paired_lines(run.evals)]
+        body += _html_evals(run.evals)
     else:
         body.append('<p class="na">Not available: the run has no eval_*/ directories.</p>')
     if run.natural:
         body.append("<h2>Natural held-out set (questions in people's words)</h2>")
-        header, rows, styles = eval_rows(run.natural)
-        body.append(_html_table(header, rows, last_col_classes=styles if len(header) > 2 else None))
-        body += [f"<p>{e(line)}</p>" for line in paired_lines(run.natural)]
+        body += _html_evals(run.natural)
     for s in sections:
         body.append(f"<h2>{e(s.title)}</h2>")
         if s.image is not None:

@@ -127,7 +127,6 @@ def trajectory_record(sample: SkyRLSample, sample_idx: int, output: dict[str, An
         "answer_correct": answers[-1].get("answer_correct") if answers else None,
         "stop_reason": stop, "env_extras": {"task_id": sample.task_id, "data_source": sample.data_source,
                                             "complexity": gt.get("complexity"),
-                                            "style": sample.extra_info.get("entity_style") or sample.extra_info.get("style"),
-                                            "demo": sample.extra_info.get("demo")},
+                                            "style": sample.extra_info.get("entity_style") or sample.extra_info.get("style")},
         "prompt_tokens": len(prompt_ids), "response_tokens": len(response_ids), "num_turns": len(trace),
     }

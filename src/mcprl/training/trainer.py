@@ -28,6 +28,7 @@ from mcprl.data import families, rules
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
 from mcprl.envs.mcp_env import MCPToolEnv
 from mcprl.eval.metrics import CI_KEY
+from mcprl.eval.run import NATURAL
 from mcprl.training import grpo
 from mcprl.training.callbacks import CallbackList, build_callbacks
 from mcprl.training.checkpoint import (
@@ -516,10 +517,12 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
                                     {"engine": policy.engine.generator})
         generated = {k: v for k, v in state.evals.items() if not k.startswith(NATURAL)}
         natural = {k.removeprefix(NATURAL): v for k, v in state.evals.items() if k.startswith(NATURAL)}
-        without_demos = _without_demos(run_dir, generated, cfg.data.generate.no_demo_families)
-        summary = {**{f"eval_{k}": v for k, v in generated.items()}, "paired": _paired(run_dir, generated),
+        generated_results = _load_evals(run_dir, generated)
+        without_demos = _without_demos(generated_results, cfg.data.generate.no_demo_families)
+        summary = {**{f"eval_{k}": v for k, v in generated.items()}, "paired": _paired(generated_results),
                    **({"no_demo_families": without_demos} if without_demos else {}),
-                   **({"eval_natural": natural, "paired_natural": _paired(run_dir, natural, NATURAL)} if natural else {}),
+                   **({"eval_natural": natural, "paired_natural": _paired(_load_evals(run_dir, natural, NATURAL))}
+                      if natural else {}),
                    "train_seconds": round(clock.total, 1), "sft_steps": state.sft_step, "sft_seconds": state.sft_seconds,
                    "grpo_steps": state.grpo_step,
                    "final_checkpoint": str(final) if final else None,
@@ -548,9 +551,6 @@ def adopt_evals(checkpoint: Path, run_dir: Path, state: TrainState) -> None:
             del state.evals[name]
 
 
-NATURAL = "natural_"  # state.evals and eval_*/ directories of the natural held-out set (eval.natural)
-
-
 def _evals(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], natural: list[SkyRLSample], run_dir: Path,
            name: str, state: TrainState, callbacks: CallbackList, clock: Clock) -> None:
     state.evals[name] = _eval(policy, cfg, tasks, run_dir, name, callbacks, clock)
@@ -576,24 +576,26 @@ def _eval(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: P
             "seconds": round(seconds, 1)}
 
 
-def _paired(run_dir: Path, evals: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
-    """base -> sft -> grpo on the same held-out tasks: which tasks changed, and whether that is chance."""
-    from mcprl.eval.compare import paired_evals
+def _load_evals(run_dir: Path, evals: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
     from mcprl.eval.results import load_results
 
-    results = {name: load_results(run_dir / f"eval_{prefix}{name}") for name in evals}
+    return {name: load_results(run_dir / f"eval_{prefix}{name}") for name in evals}
+
+
+def _paired(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """base -> sft -> grpo on the same held-out tasks: which tasks changed, and whether that is chance."""
+    from mcprl.eval.compare import paired_evals
+
     return {key: test.to_dict() for key, test in paired_evals(results).items()}
 
 
-def _without_demos(run_dir: Path, evals: dict[str, Any], families: list[str]) -> dict[str, Any]:
+def _without_demos(results: dict[str, dict[str, Any]], families: list[str]) -> dict[str, Any]:
     """The held-out tasks of the families SFT had no demo of: pass@1 at each eval, and each eval against
     the one before it on those tasks alone (where GRPO must do what SFT could not)."""
-    from mcprl.eval.results import load_results
     from mcprl.eval.stats import paired
 
-    if not families or not evals:
+    if not families or not results:
         return {}
-    results = {name: load_results(run_dir / f"eval_{name}") for name in evals}
     subsets = {name: {t: v for t, v in r["per_task"].items() if r.get("task_family", {}).get(t) in families}
                for name, r in results.items()}
     if not any(subsets.values()):
