@@ -35,9 +35,9 @@ def one(detach: str, steps: int) -> dict[str, float]:
     from mcprl.data.rules import generate
     from mcprl.training import grpo
     from mcprl.training.config import AlgoConfig
-    from mcprl.training.devices import pick_dtype
+    from mcprl.models.devices import pick_dtype
     from mcprl.training.logprobs import selected_token_logprobs
-    from mcprl.training.model import load_model
+    from mcprl.models.loading import load_model
     from mcprl.training.sft import tokenize_conversation
 
     torch.set_num_threads(2)

@@ -34,7 +34,7 @@ BASE, ENGINE = next(iter(VARIANTS)), list(VARIANTS)[-1]
 
 
 def one(variant: str, checkpoint: Path, prompts: int, batches: int) -> dict[str, float]:
-    import mcprl.training.inference as inference
+    import mcprl.inference.engine as inference
     from mcprl.training.checkpoint import load_weights
     from mcprl.training.config import load_train_config
     from mcprl.training.policy import build_policy

@@ -43,6 +43,6 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(src + ".tmp", "w", zipfile.ZIP
 os.replace(src + ".tmp", src)
 PY
 mkdir -p "$out/tokenizer"
-model=$($py -c "from mcprl.training.model import ensure_default_model; print(ensure_default_model())")
+model=$($py -c "from mcprl.models.loading import ensure_default_model; print(ensure_default_model())")
 cp "$model"/{chat_template.jinja,config.json,generation_config.json,tokenizer.json,tokenizer_config.json} "$out/tokenizer/"
 du -sh "$out"

@@ -49,7 +49,7 @@ def main() -> None:
                         "(default: the converted SmolLM2-135M-Instruct)")
     args = parser.parse_args()
     if args.tokenizer is None:
-        from mcprl.training.model import ensure_default_model
+        from mcprl.models.loading import ensure_default_model
 
         args.tokenizer = ensure_default_model()
     params = build(args.arch, args.tokenizer, args.out)

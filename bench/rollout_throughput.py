@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import torch
 from rich.console import Console
 
-from mcprl.training.devices import configure_threads
-from mcprl.training.inference import HFInferenceEngine
-from mcprl.training.model import DEFAULT_MODEL, load_model, resolve_model
+from mcprl.models.devices import configure_threads
+from mcprl.inference.engine import HFInferenceEngine
+from mcprl.models.loading import DEFAULT_MODEL, load_model, resolve_model
 from side_by_side import print_table
 
 SYSTEM = """You are an assistant that can call tools. To call a tool, answer with exactly one line

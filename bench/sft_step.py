@@ -35,8 +35,8 @@ def one(detach: str, top_layers: int | None) -> dict[str, float]:
 
     from mcprl.data.rules import generate
     from mcprl.training.config import FinetuneConfig
-    from mcprl.training.devices import pick_dtype, release_memory, rss_gb
-    from mcprl.training.model import load_model
+    from mcprl.models.devices import pick_dtype, release_memory, rss_gb
+    from mcprl.models.loading import load_model
     from mcprl.training.policy import wrap_for_finetune
     from mcprl.training.sft import batches, sft_step, tokenize_conversation
 

@@ -21,7 +21,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcprl.servers.launcher import SMOKE_CALLS, server_command, wait_listening
+from mcprl.cli.launcher import SMOKE_CALLS, server_command, wait_listening
 from mcprl.servers.registry import build_server
 from mcprl.tools.config import ServerSpec, ServersConfig, our_server_spec
 from mcprl.tools.manager import ToolManager

@@ -22,7 +22,7 @@ def one(threads: int, precision: str, steps: int = 3) -> float:
 
     from mcprl.training.config import FinetuneConfig
     from mcprl.training.logprobs import selected_token_logprobs
-    from mcprl.training.model import load_model
+    from mcprl.models.loading import load_model
     from mcprl.training.policy import wrap_for_finetune
 
     torch.set_num_threads(threads)

@@ -45,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-from mcprl.training.model import DEFAULT_MODEL
+from mcprl.models.loading import DEFAULT_MODEL
 from side_by_side import print_table, run_variant
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -75,7 +75,7 @@ def ours(args: argparse.Namespace) -> dict:
     from mcprl.data.sample import SkyRLSample
     from mcprl.training import grpo
     from mcprl.training.config import load_train_config
-    from mcprl.training.devices import release_memory
+    from mcprl.models.devices import release_memory
     from mcprl.training.policy import build_policy
     from mcprl.training.trainer import optimizer_for
 
@@ -125,8 +125,8 @@ def trl_side(args: argparse.Namespace) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from mcprl.envs.parsing import parse_action
-    from mcprl.training.model import resolve_model
+    from mcprl.protocol.parsing import parse_action
+    from mcprl.models.loading import resolve_model
 
     torch.set_num_threads(args.threads)
     tasks = json.loads(Path(args.tasks).read_text())
@@ -208,7 +208,7 @@ def main() -> None:
         print(json.dumps((ours if args.side == "ours" else trl_side)(args)))
         return
     if args.dtype == "auto":
-        from mcprl.training.devices import pick_dtype
+        from mcprl.models.devices import pick_dtype
 
         args.dtype = str(pick_dtype(args.device)).removeprefix("torch.")
     if not Path(args.trl_python).exists():

@@ -28,4 +28,4 @@ py=${PYTHON:-}
 [[ -z $py && -x .venv/bin/python ]] && py=.venv/bin/python
 py=${py:-python3}
 # Same as `mcprl train --engine skyrl ...`.
-exec "$py" -m mcprl.training.cli --engine skyrl --config "$config" ${mode:+"$mode"} ${args[@]+"${args[@]}"}
+exec "$py" -m mcprl.cli.train --engine skyrl --config "$config" ${mode:+"$mode"} ${args[@]+"${args[@]}"}

@@ -6,7 +6,7 @@ A thin wrapper over `mcprl judge try`; the endpoint comes from OPENAI_BASE_URL /
 
 import sys
 
-from mcprl.cli import app
+from mcprl.cli.main import app
 
 if __name__ == "__main__":
     sys.exit(app(["judge", "try", *sys.argv[1:]]))

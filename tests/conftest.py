@@ -27,6 +27,6 @@ def tokenizer():
     (test_validate defines its own: the validator's unconfigured loader is what it tests)."""
     from transformers import AutoTokenizer
 
-    from mcprl.training.model import DEFAULT_MODEL, configure_tokenizer, resolve_model
+    from mcprl.models.loading import DEFAULT_MODEL, configure_tokenizer, resolve_model
 
     return configure_tokenizer(AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL), local_files_only=True))

@@ -3,7 +3,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from mcprl.data.cli import app
+from mcprl.cli.data import app
 from mcprl.data.sample import read_samples
 
 from .openai_stub import Reply, StubOpenAI

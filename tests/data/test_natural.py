@@ -15,7 +15,7 @@ from mcprl.data.natural import STYLES, NaturalTaskError, answer_of, build_async,
 from mcprl.data.rules import build_world
 from mcprl.data.sample import read_samples, sample_schema
 from mcprl.envs.mcp_env import MCPToolEnv
-from mcprl.envs.parsing import format_answer, format_tool_call
+from mcprl.protocol.parsing import format_answer, format_tool_call
 from mcprl.tools.config import default_servers_config
 from mcprl.tools.manager import ToolManager
 

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from mcprl.data.cli import write_outputs
+from mcprl.cli.data import write_outputs
 from mcprl.data.execute import Generated
 from mcprl.data.sample import SkyRLSample, read_samples
 from mcprl.data.splits import SplitError, dedup_key, parse_split, split_path, split_samples

@@ -3,8 +3,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from mcprl.data.cli import app
-from mcprl.data.prompting import system_prompt
+from mcprl.cli.data import app
+from mcprl.protocol.prompt import system_prompt
 from mcprl.data.validate import Inventory, load_tokenizer, validate_file
 
 

@@ -4,7 +4,7 @@ import re
 
 from typer.testing import CliRunner
 
-from mcprl.cli import app
+from mcprl.cli.main import app
 from mcprl.data.rules import generate
 from mcprl.data.sample import write_samples
 from tests.rewards.test_judge import API_KEY, Stub

@@ -6,7 +6,7 @@ import pytest
 import skyrl_gym
 
 import mcprl.envs  # noqa: F401 - registers mcp_tool_env
-from mcprl.envs.parsing import format_answer, format_tool_call
+from mcprl.protocol.parsing import format_answer, format_tool_call
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import skyrl_gym
 import yaml
 
 import mcprl.envs  # noqa: F401 - registers mcp_tool_env
-from mcprl.envs.parsing import format_tool_call
+from mcprl.protocol.parsing import format_tool_call
 from mcprl.tools.config import ServersConfig, our_server_spec
 
 

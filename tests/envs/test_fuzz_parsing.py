@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from mcprl.envs.parsing import FORMATS, format_tool_call, parse_action
+from mcprl.protocol.parsing import FORMATS, format_tool_call, parse_action
 from mcprl.rewards.heuristic import HeuristicWeights, RewardState, reward_heuristic
 
 SEED = 20240611

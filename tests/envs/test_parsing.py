@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from mcprl.envs.parsing import (
+from mcprl.protocol.parsing import (
     FORMATS,
     MAX_INPUT_CHARS,
     TOOL_CALL_STOP,

@@ -7,7 +7,7 @@ import pytest
 import mcprl._compat  # noqa: F401
 import mcprl.envs  # noqa: F401
 from mcprl.data.rules import generate
-from mcprl.training.inference import make_generator
+from mcprl.training.generator import make_generator
 from tests.support.scripted import ScriptedClient, expert_policy
 
 

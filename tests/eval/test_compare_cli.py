@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-from mcprl.eval.cli import app, report_command
+from mcprl.cli.eval import app, report_command
 from mcprl.eval.compare import compare_renderable, compare_table
 from mcprl.eval.fmt import fmt_delta
 from mcprl.eval.results import build_results, write_eval_outputs

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from mcprl.envs.parsing import format_answer, format_tool_call, parse_action
+from mcprl.protocol.parsing import format_answer, format_tool_call, parse_action
 from mcprl.rewards.heuristic import (
     HeuristicWeights, RewardState, episode_end, names_match, required_tools, reward_heuristic,
 )

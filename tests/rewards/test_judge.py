@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mcprl.envs.parsing import format_answer, format_tool_call
+from mcprl.protocol.parsing import format_answer, format_tool_call
 from mcprl.rewards.heuristic import RewardState, reward_heuristic
 from mcprl.rewards.judge import JudgeConfig, JudgeRubric, parse_scores, reward_llm_judge, reward_llm_judge_sync
 
@@ -256,7 +256,7 @@ def test_config_reads_endpoint_from_environment(monkeypatch):
 
 
 def test_judge_step_takes_the_yaml_mapping_and_env_weights(stub):
-    from mcprl.envs.parsing import parse_action
+    from mcprl.protocol.parsing import parse_action
     from mcprl.rewards.heuristic import HeuristicWeights
     from mcprl.rewards.judge import judge_step
 

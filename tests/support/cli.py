@@ -3,7 +3,7 @@ of the CLI."""
 
 import typer
 
-from mcprl.training.cli import train_command
+from mcprl.cli.train import train_command
 
 
 def train_app() -> typer.Typer:

@@ -13,7 +13,7 @@ import pytest
 
 from mcprl.tools.config import ServerSpec, ServersConfig
 from mcprl.tools.manager import ToolManager
-from mcprl.training.model import cache_dir
+from mcprl.models.loading import cache_dir
 
 
 def legacy_venv() -> Path:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from mcprl.training.inference import BatchingEngine, Completion, PromptTooLong, SamplingParams
+from mcprl.inference.engine import BatchingEngine, Completion, PromptTooLong, SamplingParams
 
 
 class RecordingEngine(BatchingEngine):

@@ -16,8 +16,8 @@ import torch
 from mcprl.training import grpo, trainer
 from mcprl.training.checkpoint import STATE_FILE, TrainState
 from mcprl.training.config import AlgoConfig
-from mcprl.training.inference import generate_batch
-from mcprl.training.model import DEFAULT_MODEL, load_model
+from mcprl.inference.engine import generate_batch
+from mcprl.models.loading import DEFAULT_MODEL, load_model
 from mcprl.training.reference import kl_reference
 from mcprl.training.sft import sft_step
 

@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from mcprl.training.inference import (
+from mcprl.inference.engine import (
     HFInferenceEngine,
     PromptTooLong,
     SamplingParams,
@@ -16,9 +16,9 @@ from mcprl.training.inference import (
     _length_buckets,
     _sample,
     generate_batch,
-    make_generator,
 )
-from mcprl.training.model import DEFAULT_MODEL, load_model
+from mcprl.training.generator import make_generator
+from mcprl.models.loading import DEFAULT_MODEL, load_model
 
 SYSTEM = "You are a helpful assistant. Answer briefly; use the tools listed below when they help. " * 2
 QUESTIONS = ["What is 2+2?", "Name a color.", "Write a haiku about the sea and the wind at night."]
@@ -84,7 +84,7 @@ def test_decode_cache_with_room_regrows_and_drops_rows_like_a_concatenating_cach
     """The decode cache writes into spare room instead of concatenating at every step; with room for two
     tokens it regrows mid-generation while rows of different lengths finish and leave the batch."""
     model, tokenizer = smol
-    import mcprl.training.inference as inference
+    import mcprl.inference.engine as inference
 
     prompts = [chat(tokenizer, q) for q in QUESTIONS]
     sampling = {"temperature": 0.8, "max_tokens": 12, "stop": ["."]}

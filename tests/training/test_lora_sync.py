@@ -8,7 +8,7 @@ from peft import LoraConfig, get_peft_model
 from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from mcprl.training.vllm_engine import LoraSyncCallback
+from mcprl.inference.vllm_engine import LoraSyncCallback
 
 
 class RecordingEngine:

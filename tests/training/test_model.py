@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mcprl.training import devices, model as model_mod
-from mcprl.training.model import (
+from mcprl.models import devices, model as model_mod
+from mcprl.models.loading import (
     DEFAULT_MODEL,
     SOURCE_RECORD,
     ModelError,

@@ -105,7 +105,7 @@ def test_a_missing_warm_start_is_one_clear_error_not_a_silent_base_model_referen
 def test_without_a_warm_start_a_resume_takes_the_base_model_or_the_disabled_adapter():
     """GRPO without SFT began from the base model: a LoRA run's disabled adapter is it; a full fine-tune
     resumed mid-GRPO loads it again."""
-    from mcprl.training.model import DEFAULT_MODEL, load_model
+    from mcprl.models.loading import DEFAULT_MODEL, load_model
 
     resumed = TrainState(phase="grpo", grpo_step=1)
     assert kl_reference(_lora(tiny_llama()), KL.kl_coef, resumed, "unused") is None

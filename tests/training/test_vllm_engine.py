@@ -34,7 +34,7 @@ QUESTIONS = ["What is 2+2?", "Name a color.", "Write a haiku about the sea."]
 def policy(tmp_path_factory):
     from mcprl.training.config import load_train_config
     from mcprl.training.policy import build_policy
-    from mcprl.training.vllm_engine import VLLMInferenceEngine
+    from mcprl.inference.vllm_engine import VLLMInferenceEngine
 
     run_dir = tmp_path_factory.mktemp("run")
     cfg = load_train_config(CONFIG, [
@@ -89,7 +89,7 @@ def test_generation_returns_tokens_text_stop_reasons_and_the_trainers_logprobs(p
 
 
 def test_stop_strings_seeds_and_a_missing_logprob(policy, monkeypatch, caplog) -> None:
-    from mcprl.training.vllm_engine import MISSING_LOGPROB
+    from mcprl.inference.vllm_engine import MISSING_LOGPROB
 
     tokenizer, engine = policy.tokenizer, policy.engine
     prompt = chat(tokenizer, QUESTIONS[2])
@@ -114,7 +114,7 @@ def test_stop_strings_seeds_and_a_missing_logprob(policy, monkeypatch, caplog) -
         return outputs
 
     monkeypatch.setattr(engine.llm, "generate", drop_first_logprob)
-    with caplog.at_level(logging.WARNING, logger="mcprl.training.vllm_engine"):
+    with caplog.at_level(logging.WARNING, logger="mcprl.inference.vllm_engine"):
         (out,) = engine.generate_batch([prompt], {"temperature": 0, "max_tokens": 5})
     assert out.logprobs[0] == MISSING_LOGPROB and out.logprobs[1] > MISSING_LOGPROB
     assert [r.getMessage() for r in caplog.records] == [f"vLLM returned no finite logprob for 1 of "

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from mcprl.data.prompting import Style, system_prompt, tool_response
+from mcprl.protocol.prompt import Style, system_prompt, tool_response
 from mcprl.data.sample import SkyRLSample
 from mcprl.episode import new_episode
 from mcprl.servers.registry import ADMIN_TOOLS
@@ -240,7 +240,7 @@ def expert_trajectory(sample: SkyRLSample, execution: ExecutionResult, *, style:
                       observation_role: str = "user") -> dict[str, Any]:
     """The ideal episode for `sample`: each call and its real result, then the answer. An action task
     (no answer) ends with its last call, as the env stops once the calls are made."""
-    from mcprl.envs.parsing import format_answer, format_tool_call
+    from mcprl.protocol.parsing import format_answer, format_tool_call
 
     messages = list(sample.prompt)
     for s in execution.steps:

@@ -41,7 +41,7 @@ from mcprl.data.execute import (
     infer_complexity,
     server_tools,
 )
-from mcprl.data.prompting import Style
+from mcprl.protocol.prompt import Style
 from mcprl.redact import redact
 from mcprl.servers.registry import ADMIN_TOOLS
 from mcprl.tools.manager import ToolInfo, ToolManager

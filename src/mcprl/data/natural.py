@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from mcprl.data.families import path_value
-from mcprl.data.prompting import system_prompt
+from mcprl.protocol.prompt import system_prompt
 from mcprl.data.rules import TICKER_KEYS, GenerationError, printed_number
 from mcprl.data.sample import SkyRLSample, write_samples
 from mcprl.episode import new_episode

@@ -23,9 +23,9 @@ from typing import Any, Callable
 
 from rich.progress import Progress
 
-from mcprl.data.prompting import system_prompt, tool_response
+from mcprl.protocol.prompt import system_prompt, tool_response
 from mcprl.data.sample import SkyRLSample
-from mcprl.envs.parsing import format_answer, format_tool_call
+from mcprl.protocol.parsing import format_answer, format_tool_call
 from mcprl.episode import new_episode
 from mcprl.servers.offline.market import MarketData
 from mcprl.servers.slack import ADMIN_TOOLS

@@ -39,7 +39,7 @@ from mcprl.data.execute import (
     expert_trajectory,
     server_tools,
 )
-from mcprl.data.prompting import Style
+from mcprl.protocol.prompt import Style
 from mcprl.data.sample import iter_rows
 from mcprl.tools.errors import ToolNotFound
 from mcprl.tools.manager import ToolManager

@@ -99,7 +99,7 @@ async def live_inventory(servers_config: Any = None) -> Inventory:
 def load_tokenizer(model: str) -> Any:
     from transformers import AutoTokenizer
 
-    from mcprl.training.model import ModelError, resolve_model
+    from mcprl.models.loading import ModelError, resolve_model
 
     try:
         return AutoTokenizer.from_pretrained(resolve_model(model))

@@ -15,10 +15,10 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from mcprl.data.prompting import call_example, tool_response
+from mcprl.protocol.prompt import call_example, tool_response
 from mcprl.episode import new_episode
 from mcprl.envs.config import EnvConfig
-from mcprl.envs.parsing import ParsedAction, parse_action
+from mcprl.protocol.parsing import ParsedAction, parse_action
 from mcprl.envs.tool_group import GROUP_NAME, MCPToolGroup
 from mcprl.rewards.heuristic import HeuristicWeights, RewardState, episode_end, names_match, reward_heuristic
 from mcprl.tools.config import ServersConfig, load_servers_config

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcprl.envs.parsing import ParsedAction, canonical_json, parse_action
+from mcprl.protocol.parsing import ParsedAction, canonical_json, parse_action
 from mcprl.rewards.answers import ABS_TOL, REL_TOL, answer_matches
 
 STEP_MIN, STEP_MAX = -1.0, 1.0

@@ -31,7 +31,7 @@ import jsonschema
 import openai
 
 from mcprl.aio import shared_loop
-from mcprl.envs.parsing import ParsedAction, parse_action
+from mcprl.protocol.parsing import ParsedAction, parse_action
 from mcprl.redact import redact
 from mcprl.rewards.heuristic import (
     HeuristicWeights,

@@ -2,6 +2,6 @@
 
 import sys
 
-from mcprl.servers.cli import app
+from mcprl.cli.servers import app
 
 app(args=["serve", *sys.argv[1:]], prog_name="python -m mcprl.servers")

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from mcprl.envs.parsing import canonical_json
+from mcprl.protocol.parsing import canonical_json
 
 Key = tuple[Hashable, ...]
 

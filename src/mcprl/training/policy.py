@@ -12,9 +12,9 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mcprl.training.config import FinetuneConfig, TrainConfig, env_config, resolve_rollout_backend
-from mcprl.training.devices import configure_threads, pick_device, pick_dtype
-from mcprl.training.inference import BatchingEngine, HFInferenceEngine, InferenceError
-from mcprl.training.model import load_model, resolve_model
+from mcprl.models.devices import configure_threads, pick_device, pick_dtype
+from mcprl.inference.engine import BatchingEngine, HFInferenceEngine, InferenceError
+from mcprl.models.loading import load_model, resolve_model
 from mcprl.training.rollout import Rollouts
 
 
@@ -102,7 +102,7 @@ def build_policy(cfg: TrainConfig, *, model: PreTrainedModel | None = None,
 def _vllm_engine(cfg: TrainConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dtype: torch.dtype,
                  max_batch_size: int) -> BatchingEngine:
     """vLLM on the base checkpoint, following the trainer's adapter (saved under RUN_DIR/vllm_adapters)."""
-    from mcprl.training.vllm_engine import LoraSyncCallback, VLLMInferenceEngine
+    from mcprl.inference.vllm_engine import LoraSyncCallback, VLLMInferenceEngine
 
     if not isinstance(model, PeftModel):
         raise InferenceError("rollout.backend=vllm follows a LoRA adapter and this model has none; "

@@ -17,7 +17,7 @@ from transformers import PreTrainedModel
 
 from mcprl.training.checkpoint import STATE_FILE, TrainState, load_weights
 from mcprl.training.config import ConfigError
-from mcprl.training.model import load_model
+from mcprl.models.loading import load_model
 
 
 def adapter_untrained(model: PreTrainedModel) -> bool:

@@ -22,8 +22,9 @@ from transformers import PreTrainedTokenizerBase
 
 from mcprl.data.sample import SkyRLSample
 from mcprl.envs import ENV_ID
-from mcprl.envs.parsing import stop_strings
-from mcprl.training.inference import BatchingEngine, make_generator
+from mcprl.protocol.parsing import stop_strings
+from mcprl.inference.engine import BatchingEngine
+from mcprl.training.generator import make_generator
 
 ENV_WORKERS = 8  # env steps are tool calls: I/O-bound, fine to overlap
 

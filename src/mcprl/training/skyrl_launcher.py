@@ -27,7 +27,8 @@ from mcprl.data.sample import read_samples, write_samples
 from mcprl.envs import ENV_ID
 from mcprl.envs.config import EnvConfig
 from mcprl.training.config import ConfigError, TrainConfig, env_config, resolve_wandb_mode
-from skyrl.train.config.config import EnvironmentConfig, SkyRLGymConfig, SkyRLTrainConfig
+from mcprl.training.generator import MCPSkyRLGymConfig
+from skyrl.train.config.config import EnvironmentConfig, SkyRLTrainConfig
 
 _SCHEDULERS = {"constant": "constant_with_warmup", "cosine": "cosine"}
 _PLAIN = re.compile(r"[A-Za-z/][\w./@:+\-]*")
@@ -35,14 +36,6 @@ _PLAIN = re.compile(r"[A-Za-z/][\w./@:+\-]*")
 
 class LaunchError(ConfigError):
     """The machine cannot run SkyRL's trainer (no GPU, no vLLM); the message says what is missing."""
-
-
-@dataclass
-class MCPSkyRLGymConfig(SkyRLGymConfig):
-    """SkyRL hands `getattr(skyrl_gym, env_class)` to the env as env_config and rejects unknown
-    fields, so our env gets a field of its own name (EnvConfig's keys, checked by EnvConfig)."""
-
-    mcp_tool_env: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -316,7 +309,7 @@ def _environment_overrides(cfg: TrainConfig, notes: list[str]) -> dict[str, Any]
 
 def _model_path(name: str, prepare: bool) -> str:
     """A local directory for the default alias or a local path; a Hub id as is (SkyRL downloads it)."""
-    from mcprl.training import model
+    from mcprl.models import loading as model
 
     if name == model.DEFAULT_MODEL:
         return str(model.ensure_default_model() if prepare else model.converted_model_dir())

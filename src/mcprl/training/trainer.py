@@ -39,7 +39,8 @@ from mcprl.training.checkpoint import (
     save_checkpoint,
 )
 from mcprl.training.config import AlgoConfig, LRSchedule, PromptOrder, TrainConfig
-from mcprl.training.devices import release_memory, rss_gb
+from mcprl.models.devices import release_memory, rss_gb
+from mcprl.training.evaluate import evaluate_in_run
 from mcprl.training.guard import Guard
 from mcprl.training.guidance import add_expert_demos, demo_turns
 from mcprl.training.ordering import interleave_families
@@ -121,25 +122,6 @@ def optimizer_for(policy: Policy, lr: float, weight_decay: float, warmup: int, t
         return 1.0
 
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
-
-
-# ------------------------------------------------------------------------------------------- evaluate
-
-def evaluate(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: Path, name: str,
-             prefix: str = "") -> dict[str, Any]:
-    """One eval into RUN_DIR/eval_{prefix}{name}/; `prefix` "natural_" names the natural set's."""
-    from mcprl.eval.results import write_eval_outputs
-
-    subset = tasks[:cfg.eval.max_tasks] if cfg.eval.max_tasks else tasks
-    with episode_progress(f"eval_{prefix}{name}", len(subset) * cfg.eval.n_samples, console) as on_episode:
-        result = policy.rollouts.run(subset, cfg.eval.n_samples, policy.rollouts.sampling(cfg.eval.temperature),
-                                     on_episode)
-    reference = run_dir / f"eval_{prefix}base"
-    results = write_eval_outputs(run_dir / f"eval_{prefix}{name}", result.trajectories,
-                                 reference_dir=reference if name != "base" and reference.exists() else None,
-                                 ks=sorted({1, cfg.eval.n_samples}), max_input_tokens=cfg.rollout.max_input_length,
-                                 console=console)
-    return results
 
 
 # ------------------------------------------------------------------------------------------------ SFT
@@ -561,7 +543,7 @@ def _evals(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], natural: 
 def _eval(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: Path, name: str,
           callbacks: CallbackList, clock: Clock, prefix: str = "") -> dict[str, Any]:
     t0 = time.perf_counter()
-    results = evaluate(policy, cfg, tasks, run_dir, name, prefix)
+    results = evaluate_in_run(policy, cfg, tasks, run_dir, name, prefix, console)
     seconds = time.perf_counter() - t0
     clock.paused += seconds
     callbacks.on_eval(prefix + name, results)

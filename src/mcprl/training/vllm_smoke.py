@@ -44,7 +44,7 @@ def run(model_name: str, dtype: str) -> int:
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams, TokensPrompt
 
-    from mcprl.training.model import resolve_model
+    from mcprl.models.loading import resolve_model
 
     path = str(resolve_model(model_name))
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -64,7 +64,7 @@ def run(model_name: str, dtype: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mcprl.training.model import DEFAULT_MODEL
+    from mcprl.models.loading import DEFAULT_MODEL
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL, help="model alias, local dir or cached HF id")

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mcprl.envs.cli import DataOpt, load_sample, one_step
+from mcprl.cli.envs import DataOpt, load_sample, one_step
 
 app = typer.Typer(no_args_is_help=True, help="Try the LLM judge.")
 console = Console()

@@ -7,11 +7,18 @@ Small models on CPU pay for every prompt token, so each tool is one line: name, 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Literal
-
-from mcprl.tools.manager import ToolInfo
+from typing import Any, Iterable, Literal, Protocol
 
 Style = Literal["hermes", "json"]
+
+
+class ToolInfo(Protocol):
+    """What the prompt needs of a tool (`mcprl.tools.manager.ToolInfo` has it), so the call format
+    depends on no client."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
 
 
 def tool_signature(info: ToolInfo) -> str:

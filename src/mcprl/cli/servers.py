@@ -1,4 +1,4 @@
-"""`mcprl servers ...`: run a domain MCP server. (`up` and `check` live in `launcher.py`.)"""
+"""`mcprl servers ...`: run a domain MCP server. (`up` and `check` live in `launcher.py`; `main` adds them.)"""
 
 from __future__ import annotations
 

@@ -1,0 +1,63 @@
+"""SkyRL's own multi-turn generator (`SkyRLGymGenerator`) over mcprl's inference engine and env: the one
+place rollouts and evals are built, in the embedded trainer and under SkyRL's trainer alike."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import mcprl._compat  # noqa: F401 - before skyrl
+from skyrl.backends.skyrl_train.inference_servers.engine_utils import get_vllm_sampling_params
+from skyrl.train.config import GeneratorConfig, SamplingParams as SkyRLSamplingParams
+from skyrl.train.config.config import SkyRLGymConfig
+from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator
+from transformers import PreTrainedTokenizerBase
+
+from mcprl.inference.engine import BatchingEngine, SamplingParams, UnsupportedSampling
+
+
+@dataclass
+class MCPSkyRLGymConfig(SkyRLGymConfig):
+    """SkyRL hands `getattr(skyrl_gym, env_class)` to the env as env_config and rejects unknown
+    fields, so our env gets a field of its own name (EnvConfig's keys, checked by EnvConfig)."""
+
+    mcp_tool_env: dict = field(default_factory=dict)
+
+
+def make_generator(
+    engine: BatchingEngine,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    max_turns: int,
+    max_input_length: int,
+    sampling: Mapping[str, Any],
+    max_env_workers: int = 4,
+    env_config: Mapping[str, Any] | None = None,
+    **generator_options: Any,
+) -> SkyRLGymGenerator:
+    """A real `SkyRLGymGenerator` over `engine`. `sampling` uses SkyRL's `generator.sampling_params`
+    keys (max_generate_length, temperature, top_p, top_k, min_p, logprobs, stop); the engine's
+    defaults are set from the same values through SkyRL's own vLLM conversion, so a `GeneratorInput`
+    with `sampling_params=None` and one with the trainer's converted params generate alike.
+    `env_config` reaches every `mcp_tool_env` (EnvConfig fields); `generator_options` are further
+    `GeneratorConfig` fields (e.g. `zero_reward_on_non_stop`)."""
+    try:
+        sampling_cfg = SkyRLSamplingParams(**sampling)
+    except TypeError as exc:
+        keys = ", ".join(f.name for f in fields(SkyRLSamplingParams))
+        raise UnsupportedSampling(f"bad sampling {dict(sampling)!r} ({exc}); SkyRL keys are: {keys}") from exc
+    engine.default_sampling = SamplingParams.from_dict(get_vllm_sampling_params(sampling_cfg))
+    generator_cfg = GeneratorConfig(
+        max_turns=max_turns,
+        max_input_length=max_input_length,
+        sampling_params=sampling_cfg,
+        batched=False,
+        **generator_options,
+    )
+    return SkyRLGymGenerator(
+        generator_cfg=generator_cfg,
+        skyrl_gym_cfg=MCPSkyRLGymConfig(max_env_workers=max_env_workers, mcp_tool_env=dict(env_config or {})),
+        inference_engine_client=engine,
+        tokenizer=tokenizer,
+    )
