@@ -234,7 +234,7 @@ def validate(
     """Check every row (schema, prompt budget, tools the servers expose); exit 1 on any problem."""
     from mcprl.data.validate import ValidationSetupError, print_report
     from mcprl.data.validate import validate as run_validation
-    from mcprl.tools.errors import ConfigError
+    from mcprl.errors import ConfigError
 
     try:
         report = run_validation(inp, max_tokens=max_tokens, model=model, servers_config=servers_config,

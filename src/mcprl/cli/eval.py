@@ -98,7 +98,7 @@ def eval_callback(
     if model is None or data is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(2)
-    from mcprl.training.config import ConfigError
+    from mcprl.errors import ConfigError
 
     from mcprl.training.evaluate import run_eval
 

@@ -17,8 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from mcprl.errors import ConfigError
 from mcprl.tools.config import OUR_SERVERS, ServersConfig, default_servers_config, load_servers_config
-from mcprl.tools.errors import ConfigError
 from mcprl.tools.manager import ToolManager
 
 console = Console()

@@ -1,8 +1,12 @@
-"""The one `mcprl` command: each package contributes a sub-app."""
+"""The one `mcprl` command: each module of `mcprl.cli` contributes a sub-app; `main` is the entry point."""
 
 from __future__ import annotations
 
+import sys
+
 import typer
+from rich.console import Console
+from rich.markup import escape
 
 from mcprl.cli import launcher
 from mcprl.cli.data import app as data_app
@@ -13,6 +17,7 @@ from mcprl.cli.judge import app as judge_app
 from mcprl.cli.servers import app as servers_app
 from mcprl.cli.tools import app as tools_app
 from mcprl.cli.train import train_command
+from mcprl.errors import McprlError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Train LLM agents with RL on MCP tools.")
 servers_app.command("up")(launcher.up)
@@ -38,5 +43,14 @@ def prepare_models() -> None:
     typer.echo(prepare_default_model(progress=True))
 
 
+def main() -> None:
+    """`mcprl`: any typed error a command did not handle itself becomes one line on stderr and its exit code."""
+    try:
+        app()
+    except McprlError as err:
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True, highlight=False)
+        sys.exit(err.exit_code)
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mcprl.tools.errors import ConfigError
+from mcprl.errors import ConfigError
 from mcprl.tools.manager import ToolManager
 
 app = typer.Typer(no_args_is_help=True, help="List and call tools of MCP servers.")

@@ -14,8 +14,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from mcprl.errors import ConfigError
 from mcprl.training.callbacks import TrainingHealthError
-from mcprl.training.config import ConfigError, TrainConfig, describe, load_train_config, resolve_rollout_backend
+from mcprl.training.config import TrainConfig, describe, load_train_config, resolve_rollout_backend
 
 _out = Console(highlight=False)
 _err = Console(stderr=True, highlight=False)

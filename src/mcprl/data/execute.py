@@ -21,9 +21,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from mcprl.protocol.prompt import Style, system_prompt, tool_response
 from mcprl.data.sample import SkyRLSample
 from mcprl.episode import new_episode
+from mcprl.errors import McprlError
+from mcprl.protocol.prompt import Style, system_prompt, tool_response
 from mcprl.servers.registry import ADMIN_TOOLS
 from mcprl.tools.errors import ToolNotFound
 from mcprl.tools.manager import ToolInfo, ToolManager
@@ -33,7 +34,7 @@ _PLACEHOLDER = re.compile(r"\{\{\s*step(\d+)((?:\.[\w\-]+|\[-?\d+\])*)\s*\}\}")
 _PATH_PART = re.compile(r"\.([\w\-]+)|\[(-?\d+)\]")
 
 
-class PlaceholderError(ValueError):
+class PlaceholderError(McprlError, ValueError):
     """A placeholder that names a missing step or a path its result does not have."""
 
 

@@ -41,6 +41,7 @@ from mcprl.data.execute import (
     infer_complexity,
     server_tools,
 )
+from mcprl.errors import McprlError
 from mcprl.protocol.prompt import Style
 from mcprl.redact import redact
 from mcprl.servers.registry import ADMIN_TOOLS
@@ -96,11 +97,11 @@ report (e.g. posting a message).
 Reply with the JSON object only."""
 
 
-class LLMError(Exception):
+class LLMError(McprlError):
     """A generation run that cannot go on (bad config, key, model or endpoint); the message says the fix."""
 
 
-class PlanReplyError(ValueError):
+class PlanReplyError(McprlError, ValueError):
     """A model reply that is not a usable plan; its message is fed back to the model."""
 
 

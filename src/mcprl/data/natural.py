@@ -18,10 +18,11 @@ from typing import Any
 import yaml
 
 from mcprl.data.families import path_value
-from mcprl.protocol.prompt import system_prompt
 from mcprl.data.rules import TICKER_KEYS, GenerationError, printed_number
 from mcprl.data.sample import SkyRLSample, write_samples
 from mcprl.episode import new_episode
+from mcprl.errors import McprlError
+from mcprl.protocol.prompt import system_prompt
 from mcprl.rewards.answers import answer_matches
 from mcprl.servers.slack import ADMIN_TOOLS
 from mcprl.tools.config import default_servers_config
@@ -34,7 +35,7 @@ STYLES = ("ticker", "name", "short", "none")
 _REQUIRED = ("id", "family", "style", "question", "plan", "answer")
 
 
-class NaturalTaskError(RuntimeError):
+class NaturalTaskError(McprlError, RuntimeError):
     """A hand-written task that its own plan does not answer: fix the YAML, never keep the task."""
 
     def __init__(self, task_id: str, message: str) -> None:

@@ -23,10 +23,11 @@ from typing import Any, Callable
 
 from rich.progress import Progress
 
-from mcprl.protocol.prompt import system_prompt, tool_response
 from mcprl.data.sample import SkyRLSample
-from mcprl.protocol.parsing import format_answer, format_tool_call
 from mcprl.episode import new_episode
+from mcprl.errors import McprlError
+from mcprl.protocol.parsing import format_answer, format_tool_call
+from mcprl.protocol.prompt import system_prompt, tool_response
 from mcprl.servers.offline.market import MarketData
 from mcprl.servers.slack import ADMIN_TOOLS
 from mcprl.tools.config import default_servers_config
@@ -39,7 +40,7 @@ TICKER_KEYS = ("ticker", "symbol")  # the parameters a slip misspells
 DISTINCT_TRIES = 20  # draws a task gets to find a plan its split does not have yet
 
 
-class GenerationError(RuntimeError):
+class GenerationError(McprlError, RuntimeError):
     """A plan failed on the offline servers: a template bug, never a task to keep."""
 
 

@@ -39,8 +39,9 @@ from mcprl.data.execute import (
     expert_trajectory,
     server_tools,
 )
-from mcprl.protocol.prompt import Style
 from mcprl.data.sample import iter_rows
+from mcprl.errors import McprlError
+from mcprl.protocol.prompt import Style
 from mcprl.tools.errors import ToolNotFound
 from mcprl.tools.manager import ToolManager
 
@@ -48,7 +49,7 @@ _ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL)
 _TOOL_RESPONSE = re.compile(r"^\s*<tool_response>\s*(.*?)\s*</tool_response>\s*$", re.DOTALL)
 
 
-class SpecError(ValueError):
+class SpecError(McprlError, ValueError):
     """A spec row that cannot become a sample; the message names the field."""
 
 

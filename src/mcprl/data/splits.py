@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from mcprl.data.sample import SkyRLSample
+from mcprl.errors import McprlError
 
 _URL = re.compile(r"https?://\S+|\b[\w.+-]+@[\w-]+\.[\w.]+\b")
 _QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'|`[^`]*`")
@@ -26,7 +27,7 @@ _SPACE = re.compile(r"\s+")
 _RUN = re.compile(r"<(\w+)>(?:[\s/-]*<\1>)+")  # "Meta Platforms" -> <name> <name> -> <name>
 
 
-class SplitError(ValueError):
+class SplitError(McprlError, ValueError):
     """A --split spec that cannot work; the message shows the expected form."""
 
 

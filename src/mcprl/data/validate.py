@@ -20,12 +20,13 @@ from typing import Any, Iterable
 import jsonschema
 
 from mcprl.data.sample import iter_rows, sample_schema
+from mcprl.errors import McprlError
 from mcprl.tools.manager import ToolInfo
 
 TOKENIZE_BATCH = 256
 
 
-class ValidationSetupError(Exception):
+class ValidationSetupError(McprlError):
     """The validator itself cannot run (no tokenizer, unreadable file); the message says the fix."""
 
 

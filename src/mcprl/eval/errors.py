@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from mcprl.errors import McprlError
 
-class EvalError(Exception):
+
+class EvalError(McprlError):
     """Base class: something in an eval or run directory cannot be analysed as asked."""
 
 

@@ -33,13 +33,14 @@ from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from mcprl.errors import McprlError
 from mcprl.models.devices import pick_dtype
 
 StopReason = Literal["stop", "length"]
 DECODE_ATTENTION = "mcprl_grouped_decode"
 
 
-class InferenceError(Exception):
+class InferenceError(McprlError):
     """Inference that cannot run as asked; the message names the offending value and the fix."""
 
 

@@ -23,6 +23,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
+from mcprl.errors import McprlError
 from mcprl.models.devices import pick_device, pick_dtype
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -37,7 +38,7 @@ CHAT_END = "<|im_end|>"
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
-class ModelError(Exception):
+class ModelError(McprlError):
     """A model that cannot be resolved or loaded; the message names it and says how to fix it."""
 
 

@@ -31,6 +31,7 @@ import jsonschema
 import openai
 
 from mcprl.aio import shared_loop
+from mcprl.errors import McprlError
 from mcprl.protocol.parsing import ParsedAction, parse_action
 from mcprl.redact import redact
 from mcprl.rewards.heuristic import (
@@ -142,7 +143,7 @@ class JudgeConfig:
             raise ValueError(f"judge scale={self.scale} must be in (0, 1]")
 
 
-class JudgeError(Exception):
+class JudgeError(McprlError):
     """The judge gave no usable score (caught inside this module; the step falls back)."""
 
 

@@ -7,8 +7,10 @@ This module imports nothing heavy: the offline data raises these without loading
 
 from __future__ import annotations
 
+from mcprl.errors import McprlError, closest
 
-class ServiceError(Exception):
+
+class ServiceError(McprlError):
     """A failure the caller should see verbatim: bad input, unknown entity, refused action, upstream failure."""
 
 
@@ -34,9 +36,7 @@ class MissingCredentialsError(ServiceError):
 
 def suggest(value: str, options: list[str], limit: int = 12) -> str:
     """'did you mean X? known: A, B, ...' for an error message; options are listed in the given order."""
-    import difflib
-
-    close = difflib.get_close_matches(value, options, n=1, cutoff=0.6)
+    close = closest(value, options)
     hint = f"did you mean {close[0]!r}? " if close else ""
     shown = ", ".join(options[:limit]) + (f", ... ({len(options)} in all)" if len(options) > limit else "")
     return f"{hint}known: {shown}"

@@ -19,7 +19,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from mcprl.tools.errors import ConfigError
+from mcprl.errors import ConfigError
 
 OUR_SERVERS = ("polygon", "fmp", "tavily", "python", "slack")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

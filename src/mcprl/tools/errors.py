@@ -3,8 +3,13 @@ it turns each into an `ok: false` result whose `error_type` is the class's `kind
 
 from __future__ import annotations
 
+from mcprl.errors import ConfigError, McprlError
 
-class ToolError(Exception):
+__all__ = ["ConfigError", "InvalidArguments", "NotRecorded", "ServerCrashed", "ServerUnavailable",
+           "ToolError", "ToolNotFound", "ToolTimeout"]
+
+
+class ToolError(McprlError):
     kind = "tool_error"
 
 
@@ -33,6 +38,3 @@ class ServerUnavailable(ServerCrashed):
 class NotRecorded(ToolError):
     kind = "not_recorded"
 
-
-class ConfigError(ValueError):
-    """A servers config that cannot work; the message says which entry and how to fix it."""

@@ -8,7 +8,6 @@ and executes calls with timeouts, retries of transient failures, rate limits and
 from __future__ import annotations
 
 import asyncio
-import difflib
 import json
 import time
 from collections import Counter
@@ -22,6 +21,7 @@ from mcp.shared.exceptions import MCPError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from mcprl.episode import episode_meta
+from mcprl.errors import suggest
 from mcprl.tools.config import ServersConfig, ServerSpec, load_servers_config
 from mcprl.tools.connection import CONNECTION_ERRORS, ServerConnection
 from mcprl.tools.errors import (
@@ -172,8 +172,8 @@ class ToolManager:
             info = self._by_server_tool.get(tuple(tool_name.split(".", 1)))  # type: ignore[arg-type]
         if info is None:
             known = sorted(self._tools)
-            close = difflib.get_close_matches(tool_name, known, n=3, cutoff=0.5)
-            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            hint = suggest(tool_name, known, n=3, cutoff=0.5)
+            hint = f"; {hint}" if hint else ""
             raise ToolNotFound(f"unknown tool {tool_name!r}{hint} known: {', '.join(known)}")
         return info
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mcprl.errors import ConfigError
 from mcprl.training.callbacks import SUMMARY_FILE, write_summary
-from mcprl.training.config import ConfigError, TrainConfig, load_train_config
+from mcprl.training.config import TrainConfig, load_train_config
 
 # Keys the baseline sets itself: overriding them would undo the equal time or the comparison.
 OWN_KEYS = ("sft.max_steps", "sft.max_seconds", "sft.enabled", "eval.after_sft")

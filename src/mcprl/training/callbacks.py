@@ -23,8 +23,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from mcprl.errors import ConfigError, McprlError
 from mcprl.redact import redact
-from mcprl.training.config import ConfigError, TrainConfig, resolve_wandb_mode, save_config
+from mcprl.training.config import TrainConfig, resolve_wandb_mode, save_config
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ WANDB_STEP_KEYS = {
 _STATE_PREFIXES = ("optimizer", "scheduler", "rng")
 
 
-class TrainingHealthError(RuntimeError):
+class TrainingHealthError(McprlError, RuntimeError):
     """Training cannot learn as configured; the message lists the usual causes."""
 
 

@@ -102,7 +102,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 def checked_checkpoint(path: Path) -> Path:
     """A checkpoint directory given by a user, or a ConfigError naming what is wrong with it."""
-    from mcprl.training.config import ConfigError
+    from mcprl.errors import ConfigError
 
     if not (Path(path) / STATE_FILE).is_file():
         raise ConfigError(f"--resume-from {path}: not a checkpoint directory (no {STATE_FILE}); "

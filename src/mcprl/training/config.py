@@ -9,7 +9,6 @@ model is checked at load time and fails with one `ConfigError` line naming the k
 from __future__ import annotations
 
 import copy
-import difflib
 import importlib.metadata
 import importlib.util
 import math
@@ -25,6 +24,7 @@ import yaml
 
 from mcprl.data.sample import FORMATS as DATA_FORMATS
 from mcprl.envs.config import EnvConfig
+from mcprl.errors import ConfigError, closest, suggest
 
 LRSchedule = Literal["constant", "cosine"]  # the schedules `trainer.optimizer_for` implements
 PromptOrder = Literal["shuffle", "stratified"]  # the orders `trainer.prompt_stream` and `sft.batches` implement
@@ -36,10 +36,6 @@ RECIPE_FILES = {"model.yaml": ("model", "finetune"), "algo_grpo.yaml": ("algo", 
 SHARED_SECTIONS = ("run", "data", "eval", "logging", "skyrl")
 # Estimators that need a learned value function; mcprl configures none.
 CRITIC_ESTIMATORS = ("gae",)
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot work; the message is one line with the offending key, value and fix."""
 
 
 def opt(default: Any, help: str) -> Any:  # noqa: A002 - `help` reads best in the field declarations
@@ -509,9 +505,8 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
         if value in args and not isinstance(value, bool):
             return value
         choices = ", ".join(map(str, args))
-        close = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise ConfigError(f"{where}={_show(value)} is not one of: {choices}{hint}")
+        hint = suggest(str(value), [str(a) for a in args])
+        raise ConfigError(f"{where}={_show(value)} is not one of: {choices}{'; ' + hint if hint else ''}")
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -582,7 +577,7 @@ def _unknown_key(where: str, key: str, known: typing.Iterable[str]) -> str:
     if where in MOVED_KEYS:
         return f"config key '{where}' is now '{MOVED_KEYS[where]}'"
     known = sorted(known)
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    close = closest(key, known)
     parent = where.rpartition(".")[0]
     if close:
         return f"unknown config key '{where}'; did you mean '{_join(parent, close[0])}'?"
@@ -741,9 +736,8 @@ def _check_algorithm_names(algo: AlgoConfig) -> None:
                                  ("policy_loss", algo.policy_loss, PolicyLossRegistry)):
         available = sorted(registry.list_available())
         if value not in available:
-            close = difflib.get_close_matches(value, available, n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
-            raise ConfigError(f"algo.{key}={value!r} is not registered in SkyRL; {hint}"
+            hint = suggest(value, available)
+            raise ConfigError(f"algo.{key}={value!r} is not registered in SkyRL; {hint + ' ' if hint else ''}"
                               f"available: {', '.join(available)}")
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from peft import PeftModel
 from transformers import PreTrainedModel
 
-from mcprl.training.checkpoint import STATE_FILE, TrainState, load_weights
-from mcprl.training.config import ConfigError
+from mcprl.errors import ConfigError
 from mcprl.models.loading import load_model
+from mcprl.training.checkpoint import STATE_FILE, TrainState, load_weights
 
 
 def adapter_untrained(model: PreTrainedModel) -> bool:

@@ -26,7 +26,8 @@ import mcprl._compat  # noqa: F401 - before any skyrl import
 from mcprl.data.sample import read_samples, write_samples
 from mcprl.envs import ENV_ID
 from mcprl.envs.config import EnvConfig
-from mcprl.training.config import ConfigError, TrainConfig, env_config, resolve_wandb_mode
+from mcprl.errors import ConfigError
+from mcprl.training.config import TrainConfig, env_config, resolve_wandb_mode
 from mcprl.training.generator import MCPSkyRLGymConfig
 from skyrl.train.config.config import EnvironmentConfig, SkyRLTrainConfig
 

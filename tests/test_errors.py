@@ -1,0 +1,73 @@
+"""One error root: every exception class mcprl defines is a McprlError, and the `mcprl` command turns one
+that no command handled into one line on stderr with the class's exit code."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcprl.errors import ConfigError, McprlError, suggest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _exception_classes() -> list[tuple[str, str]]:
+    """(module, class) of every class in src/mcprl whose base is an exception: a name ending in Error or
+    Exception, or a class already found (ToolNotFound(ToolError), ServerUnavailable(ServerCrashed), ...)."""
+    defs = []
+    for path in (SRC / "mcprl").rglob("*.py"):
+        module = ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+        defs += [(module, node) for node in ast.parse(path.read_text()).body if isinstance(node, ast.ClassDef)]
+    found: dict[tuple[str, str], None] = {}
+    while True:
+        names = {name for _, name in found}
+        new = [(m, n.name) for m, n in defs if (m, n.name) not in found and any(
+            isinstance(b, ast.Name) and (b.id.endswith(("Error", "Exception")) or b.id in names) for b in n.bases)]
+        if not new:
+            return sorted(found)
+        found.update(dict.fromkeys(new))
+
+
+CLASSES = _exception_classes()
+
+
+def test_the_walk_finds_the_error_families() -> None:
+    names = {name for _, name in CLASSES}
+    assert {"ToolError", "ServiceError", "EvalError", "ModelError", "InferenceError", "JudgeError"} <= names
+
+
+@pytest.mark.parametrize(("module", "name"), CLASSES, ids=[f"{m}.{n}" for m, n in CLASSES])
+def test_every_error_class_has_the_one_root(module: str, name: str) -> None:
+    cls = getattr(importlib.import_module(module), name)
+    assert issubclass(cls, McprlError), f"{module}.{name} does not derive from mcprl.errors.McprlError"
+
+
+def test_one_config_error() -> None:
+    from mcprl.tools.errors import ConfigError as ToolsConfigError
+    from mcprl.training.config import ConfigError as TrainConfigError
+
+    assert ToolsConfigError is TrainConfigError is ConfigError
+    assert issubclass(ConfigError, ValueError) and ConfigError.exit_code == 2
+
+
+def test_suggest() -> None:
+    assert suggest("get_quot", ["get_quote", "get_profile"]) == "did you mean 'get_quote'?"
+    assert suggest("quote", ["get_quote", "get_quotes"], n=2, cutoff=0.5) == "did you mean 'get_quote' or 'get_quotes'?"
+    assert suggest("zzz", ["get_quote"]) == ""
+
+
+def test_the_command_prints_one_line_for_an_unhandled_error() -> None:
+    """A typed error that escapes a command: one line on stderr, the class's exit code, no traceback."""
+    script = ("import sys; from mcprl.cli.main import app, main; from mcprl.tools.errors import ToolTimeout\n"
+              "@app.command('boom')\n"
+              "def boom():\n    raise ToolTimeout('tool get_quote timed out after 10.0 s')\n"
+              "sys.argv = ['mcprl', 'boom']; main()")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1, proc.stderr
+    assert lines == ["error: tool get_quote timed out after 10.0 s"], proc.stderr
