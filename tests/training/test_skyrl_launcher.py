@@ -79,7 +79,7 @@ def test_cluster_dry_run_builds_and_validates_skyrls_own_config():
     assert Path(t.ckpt_path).is_absolute() and t.ckpt_path.endswith("runs/cluster-qwen1.5b/skyrl/ckpts")
     assert skyrl.environment.env_class == "mcp_tool_env"
     env = EnvConfig.from_any(skyrl.environment.skyrl_gym.mcp_tool_env)
-    assert (env.max_turns, env.tool_timeout_s, env.reward_backend) == (6, 10.0, "heuristic")
+    assert (env.max_turns, env.tool_timeout_s, env.reward_fn) == (6, 10.0, "heuristic")
     assert any("WANDB_API_KEY" in n for n in p.notes)
 
 

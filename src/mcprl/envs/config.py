@@ -23,9 +23,10 @@ class EnvConfig:
     max_idle_turns: int | None = 2
     max_observation_chars: int = 1500
     done_on_success: bool = True  # end as soon as the task's success criteria are met
-    reward_backend: Literal["heuristic", "llm_judge"] = "heuristic"
+    reward_fn: str = "heuristic"  # a registered reward (heuristic, llm_judge) or "module:Class" (mcprl.rewards.base)
     reward_weights: dict[str, Any] = field(default_factory=dict)  # HeuristicWeights overrides
     judge: dict[str, Any] = field(default_factory=dict)  # JudgeConfig fields
+    reward_options: dict[str, Any] = field(default_factory=dict)  # keyword arguments of a "module:Class" reward
 
     @classmethod
     def from_any(cls, raw: Any) -> EnvConfig:

@@ -5,6 +5,10 @@ through the MCPToolGroup (servers are shared per process and started once; every
 episode's id, so a stateful server keeps each episode's state apart), scores it, and returns the tool
 result as the next observation. It never raises: one exception inside SkyRL's generator
 would abort the whole batch, so every failure becomes an error observation with a penalty.
+
+The reward is whatever `RewardFn` the config names (`mcprl.rewards.base`); the env only tells it each
+step and, once, why the episode stopped (`StopReason`, also in the last step's metadata and the
+episode's metrics).
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from mcprl.protocol.prompt import call_example, tool_response
-from mcprl.episode import new_episode
 from mcprl.envs.config import EnvConfig
-from mcprl.protocol.parsing import ParsedAction, parse_action
 from mcprl.envs.tool_group import GROUP_NAME, MCPToolGroup
-from mcprl.rewards.heuristic import HeuristicWeights, RewardState, episode_end, names_match, reward_heuristic
+from mcprl.episode import new_episode
+from mcprl.protocol.parsing import ParsedAction, parse_action
+from mcprl.protocol.prompt import call_example, tool_response
+from mcprl.rewards.base import Reward, RewardSettings, Step, StopReason
+from mcprl.rewards.registry import build_reward
+from mcprl.rewards.heuristic import names_match
 from mcprl.tools.config import ServersConfig, load_servers_config
 from mcprl.tools.sync import shared_tool_manager
 
@@ -49,13 +55,14 @@ class MCPToolEnv(BaseTextEnv):
         self.extra_info = json.loads(info) if isinstance(info, str) else dict(info)
         limits = [t for t in (self.cfg.max_turns, self.gt.get("max_turns"), extras.get("max_turns")) if t]
         self.max_turns = int(min(limits)) if limits else 5
-        self.weights = HeuristicWeights(**self.cfg.reward_weights)
+        self.reward_fn = build_reward(RewardSettings(self.cfg.reward_fn, self.cfg.reward_weights, self.cfg.judge,
+                                                     self.cfg.reward_options))
+        self.reward_fn.reset(self.gt)
         self.tools = shared_tool_manager(servers_config(self.cfg), mode=self.cfg.tool_mode,
                                          recording=self.cfg.recording)
         self.episode = new_episode()
         self.group = MCPToolGroup(self.tools, timeout=self.cfg.tool_timeout_s, episode=self.episode)
         self.init_tool_groups([self.group])
-        self.reward_state = RewardState()
         self.history: list[dict[str, str]] = []
         self.trace: list[dict[str, Any]] = []
         self.counts = dict.fromkeys(_COUNTERS, 0)
@@ -63,6 +70,7 @@ class MCPToolEnv(BaseTextEnv):
         self.success = False
         self.episode_reward = 0.0
         self.idle_turns = 0  # consecutive turns with neither a tool call nor an answer
+        self.stop_reason: StopReason | None = None
 
     @property
     def task_id(self) -> str:
@@ -80,10 +88,13 @@ class MCPToolEnv(BaseTextEnv):
             log.exception("MCPToolEnv.step failed on task %s", self.task_id)
             self.turns = max(self.turns, 1)
             done = self.turns >= self.max_turns
+            if done:
+                self.stop_reason = "error"
             message = f"<tool_response>\n{{\"error\": \"environment error: {type(e).__name__}\"}}\n</tool_response>"
             return BaseTextEnvStepOutput(observations=[] if done else [self._message(message)],
                                          reward=INTERNAL_ERROR_PENALTY, done=done,
-                                         metadata={"task_id": self.task_id, "env_error": repr(e)})
+                                         metadata={"task_id": self.task_id, "env_error": repr(e),
+                                                   "stop_reason": self.stop_reason})
 
     def _step(self, action: str) -> BaseTextEnvStepOutput:
         self.turns += 1
@@ -101,30 +112,41 @@ class MCPToolEnv(BaseTextEnv):
         elif parsed.kind == "none":
             observation = (f"No tool call or final answer found. Call a tool with {call_example('hermes')} "
                            f"or answer with <{self.cfg.answer_tag}>...</{self.cfg.answer_tag}>.")
-        reward = self._reward(parsed, action, result)
+        reward = self.reward_fn.step(Step(action, parsed, result, self.history))
         self._count(parsed, result)
         self.answered = self.answered or parsed.kind == "answer"
-        self.success = self.success or bool(reward["task_complete"])
-        self.episode_reward += reward["total_reward"]
+        self.success = self.success or reward.task_complete
+        self.episode_reward += reward.total
         self.idle_turns = self.idle_turns + 1 if parsed.kind == "none" else 0
-        idle = self.cfg.max_idle_turns is not None and self.idle_turns >= self.cfg.max_idle_turns
-        done = (parsed.kind == "answer" or (self.success and self.cfg.done_on_success)
-                or self.turns >= self.max_turns or idle)
-        if done and parsed.kind != "answer" and not self.success and self.cfg.reward_backend == "heuristic":
-            reward = _add(reward, episode_end(self.gt, self.reward_state, self.weights))
+        self.stop_reason = self._stop_reason(parsed)
+        done = self.stop_reason is not None
+        if done:
+            reward = reward.plus(self.reward_fn.end(self.stop_reason))
         self.trace.append({"action": action, "kind": parsed.kind, "tool": parsed.name, "arguments": parsed.arguments,
                            "result": None if result is None else {k: result.get(k) for k in ("ok", "error", "error_type")},
-                           "reward": reward["total_reward"], "answer_correct": _answer_correct(parsed, reward)})
+                           "reward": reward.total, "answer_correct": _answer_correct(parsed, reward)})
         if observation is not None and not done:
             self.history.append(self._message(observation))
         metadata = {"task_id": self.task_id, "turn": self.turns, "kind": parsed.kind, "tool": parsed.name,
                     "tool_ok": None if result is None else result.get("ok"),
                     "error_type": None if result is None else result.get("error_type"),
-                    "reward_components": reward["components"], "task_complete": reward["task_complete"],
-                    "answered": parsed.kind == "answer"}
+                    "reward_components": reward.components, "task_complete": reward.task_complete,
+                    "answered": parsed.kind == "answer", "stop_reason": self.stop_reason}
         observations = [] if done or observation is None else [self._message(observation)]
-        return BaseTextEnvStepOutput(observations=observations, reward=float(reward["total_reward"]), done=done,
+        return BaseTextEnvStepOutput(observations=observations, reward=float(reward.total), done=done,
                                      metadata=metadata)
+
+    def _stop_reason(self, parsed: ParsedAction) -> StopReason | None:
+        """Why this turn ends the episode, or None when it goes on; the first that applies wins."""
+        if parsed.kind == "answer":
+            return "answered"
+        if self.success and self.cfg.done_on_success:
+            return "solved"
+        if self.turns >= self.max_turns:
+            return "max_turns"
+        if self.cfg.max_idle_turns is not None and self.idle_turns >= self.cfg.max_idle_turns:
+            return "idle"
+        return None
 
     def _call(self, parsed: ParsedAction) -> dict[str, Any]:
         for allowed in (self.gt.get("allowed_tools"), self.cfg.tool_allowlist):
@@ -132,14 +154,6 @@ class MCPToolEnv(BaseTextEnv):
                 return {"ok": False, "error_type": "disallowed_tool",
                         "error": f"tool {parsed.name!r} is not available here; available: {', '.join(allowed)}"}
         return json.loads(self._execute_tool(GROUP_NAME, parsed.name, [parsed.arguments or {}]))
-
-    def _reward(self, parsed: ParsedAction, action: str, result: dict[str, Any] | None) -> dict[str, Any]:
-        if self.cfg.reward_backend == "llm_judge":
-            from mcprl.rewards.judge import judge_step
-
-            return judge_step(self.history, action, self.gt, self.cfg.judge, state=self.reward_state,
-                              parsed=parsed, tool_result=result, weights=self.weights)
-        return reward_heuristic(parsed, parsed.name, result, self.gt, self.reward_state, self.weights)
 
     def _count(self, parsed: ParsedAction, result: dict[str, Any] | None) -> None:
         if parsed.kind == "malformed":
@@ -166,7 +180,8 @@ class MCPToolEnv(BaseTextEnv):
 
     def get_metrics(self) -> dict[str, Any]:
         return {**self.counts, "turns": self.turns, "answered": self.answered, "success": self.success,
-                "episode_reward": self.episode_reward, "task_id": self.task_id, "trace": self.trace}
+                "episode_reward": self.episode_reward, "task_id": self.task_id, "trace": self.trace,
+                "stop_reason": self.stop_reason}
 
     @staticmethod
     def aggregate_metrics(metrics: list[dict[str, Any]]) -> dict[str, Any]:
@@ -188,17 +203,10 @@ class MCPToolEnv(BaseTextEnv):
         }
 
 
-def _add(step: dict[str, Any], terminal: dict[str, Any]) -> dict[str, Any]:
-    """A step's reward plus the terminal one, still within [-1, 1]."""
-    total = max(-1.0, min(1.0, step["total_reward"] + terminal["total_reward"]))
-    return {"total_reward": total, "components": {**step["components"], **terminal["components"]},
-            "task_complete": step["task_complete"] or terminal["task_complete"]}
-
-
-def _answer_correct(parsed: ParsedAction, reward: dict[str, Any]) -> bool | None:
+def _answer_correct(parsed: ParsedAction, reward: Reward) -> bool | None:
     if parsed.kind != "answer":
         return None
-    parts = reward["components"]
+    parts = reward.components
     if "wrong_answer" in parts or "premature_answer" in parts:
         return False
     return True if "solved" in parts or "ungrounded_answer" in parts else None

@@ -20,8 +20,8 @@ from typing import Any
 
 from mcprl.protocol.parsing import ParsedAction, canonical_json, parse_action
 from mcprl.rewards.answers import ABS_TOL, REL_TOL, answer_matches
+from mcprl.rewards.base import NO_REWARD, STEP_MAX, STEP_MIN, Reward, Step, StopReason
 
-STEP_MIN, STEP_MAX = -1.0, 1.0
 OUTCOME_COMPONENTS = frozenset({"solved", "wrong_answer", "ungrounded_answer", "premature_answer", "unanswered"})
 _REWARDS = (
     "tool_allowed", "first_call", "sequence_step", "tool_ok", "solved",
@@ -357,3 +357,25 @@ def _sequence(gt: dict[str, Any]) -> list[dict[str, Any]]:
 def _split_name(name: str) -> tuple[str | None, str]:
     server, dot, tool = name.strip().rpartition(".")
     return (server or None, tool) if dot else (None, name.strip())
+
+
+class HeuristicReward:
+    """The rule-based reward as a `RewardFn` (registered as `heuristic`): shaping and the verified answer
+    per step, and `episode_end`'s penalty when an episode stops unanswered and unsolved."""
+
+    def __init__(self, weights: HeuristicWeights = HeuristicWeights()) -> None:
+        self.weights = weights
+        self.gt: dict[str, Any] = {}
+        self.state = RewardState()
+
+    def reset(self, ground_truth: dict[str, Any]) -> None:
+        self.gt, self.state = ground_truth, RewardState()
+
+    def step(self, step: Step) -> Reward:
+        return Reward.from_dict(reward_heuristic(step.parsed, step.parsed.name, step.result, self.gt, self.state,
+                                                 self.weights))
+
+    def end(self, reason: StopReason) -> Reward:
+        if reason in ("max_turns", "idle") and not self.state.solved:
+            return Reward.from_dict(episode_end(self.gt, self.state, self.weights))
+        return NO_REWARD

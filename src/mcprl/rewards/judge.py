@@ -34,6 +34,7 @@ from mcprl.aio import shared_loop
 from mcprl.errors import McprlError
 from mcprl.protocol.parsing import ParsedAction, parse_action
 from mcprl.redact import redact
+from mcprl.rewards.base import NO_REWARD, Reward, Step, StopReason
 from mcprl.rewards.heuristic import (
     HeuristicWeights,
     RewardState,
@@ -370,3 +371,23 @@ def _to_json(value: Any) -> str:
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+class JudgeReward:
+    """The LLM judge as a `RewardFn` (registered as `llm_judge`): each step judged, the heuristic on the
+    same weights when the judge fails; no terminal reward."""
+
+    def __init__(self, judge: JudgeConfig | dict[str, Any] | None, weights: HeuristicWeights) -> None:
+        self.judge, self.weights = judge, weights
+        self.gt: dict[str, Any] = {}
+        self.state = RewardState()
+
+    def reset(self, ground_truth: dict[str, Any]) -> None:
+        self.gt, self.state = ground_truth, RewardState()
+
+    def step(self, step: Step) -> Reward:
+        return Reward.from_dict(judge_step(step.history, step.action, self.gt, self.judge, state=self.state,
+                                           parsed=step.parsed, tool_result=step.result, weights=self.weights))
+
+    def end(self, reason: StopReason) -> Reward:
+        return NO_REWARD

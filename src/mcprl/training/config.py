@@ -16,6 +16,7 @@ import netrc
 import os
 import types
 import typing
+import warnings
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -288,9 +289,11 @@ class RolloutConfig:
 
 @dataclass
 class RewardConfig:
-    backend: Literal["heuristic", "llm_judge"] = opt("heuristic", "Per-step reward: rules, or an LLM judge.")
+    fn: str = opt("heuristic", "Per-step reward: heuristic (rules), llm_judge, or your class as 'module:Class' "
+                  "(a RewardFn, docs/rewards.md).")
     weights: dict[str, Any] = opt({}, "Overrides of HeuristicWeights fields (docs/rewards.md).")
     judge: dict[str, Any] = opt({}, "JudgeConfig fields (model, base_url, ...); keys come from the environment.")
+    options: dict[str, Any] = opt({}, "Keyword arguments of a 'module:Class' reward.fn.")
 
 
 @dataclass
@@ -367,6 +370,7 @@ def load_train_config(path: str | Path | None, overrides: typing.Sequence[str] =
     """Read a config file (or a recipe directory; None: the defaults), apply `key=value` overrides, build
     and validate."""
     raw = _read_raw(Path(path)) if path is not None else {}
+    _move_renamed(raw)
     for text in overrides:
         _apply_override(raw, text)
     cfg = _build(TrainConfig, raw, "")
@@ -426,6 +430,7 @@ def _apply_override(raw: dict[str, Any], text: str) -> None:
     key = key.strip()
     if not sep or not key:
         raise ConfigError(f"override {text!r} must look like section.key=value, e.g. algo.lr=1e-5")
+    key = _renamed(key)
     parts = key.split(".")
     target = _field_type_at(parts)
     node = raw
@@ -571,6 +576,32 @@ def _join(prefix: str, key: str) -> str:
 
 MOVED_KEYS = {"finetune.lora.top_layers": "finetune.top_layers", "sft.detach_prompt": "sft.detach",
               "algo.detach_prompt": "algo.detach"}
+# Renamed in this version: the old name still works, with a warning, until the next one.
+RENAMED_KEYS = {"reward.backend": "reward.fn"}
+
+
+def _renamed(key: str) -> str:
+    new = RENAMED_KEYS.get(key)
+    if new is not None:
+        warnings.warn(f"config key '{key}' is now '{new}'; the old name stops working in the next version",
+                      FutureWarning, stacklevel=4)
+    return new or key
+
+
+def _move_renamed(raw: dict[str, Any]) -> None:
+    """Renamed keys of a config file move to their new place (the new name wins when both are set)."""
+    for old in RENAMED_KEYS:
+        *parents, last = old.split(".")
+        node: Any = raw
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and last in node:
+            value = node.pop(last)
+            *new_parents, new_last = _renamed(old).split(".")
+            target = raw
+            for part in new_parents:
+                target = target.setdefault(part, {})
+            target.setdefault(new_last, value)
 
 
 def _unknown_key(where: str, key: str, known: typing.Iterable[str]) -> str:
@@ -742,6 +773,11 @@ def _check_algorithm_names(algo: AlgoConfig) -> None:
 
 
 def _check_reward_keys(reward: RewardConfig) -> None:
+    if ":" in reward.fn or reward.fn not in ("heuristic", "llm_judge"):
+        from mcprl.rewards.base import RewardSettings
+        from mcprl.rewards.registry import build_reward
+
+        build_reward(RewardSettings(reward.fn, reward.weights, reward.judge, reward.options))  # fails here, not mid-run
     if reward.weights:
         from mcprl.rewards.heuristic import HeuristicWeights
 
@@ -892,7 +928,7 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
         f"T={r.temperature}",
         f"algorithm:  {algorithm}",
         f"sft:        {sft}",
-        f"reward:     {cfg.reward.backend}",
+        f"reward:     {cfg.reward.fn}",
         f"data:       train {_exists(Path(cfg.data.train))}, eval {_exists(Path(cfg.data.eval))}"
         + (" (regenerate)" if cfg.data.regenerate else ""),
         f"tools:      {r.servers_config or 'mcprl servers (stdio)'}, timeout {r.tool_timeout_s}s",
@@ -948,5 +984,5 @@ def env_config(cfg: TrainConfig, *, absolute_paths: bool = False) -> dict[str, A
     return {"servers_config": servers, "tool_timeout_s": r.tool_timeout_s, "tool_retries": r.tool_retries,
             "tool_allowlist": r.tool_allowlist, "observation_role": r.observation_role, "max_turns": r.max_turns,
             "max_idle_turns": r.max_idle_turns,
-            "reward_backend": cfg.reward.backend, "reward_weights": dict(cfg.reward.weights),
-            "judge": dict(cfg.reward.judge)}
+            "reward_fn": cfg.reward.fn, "reward_weights": dict(cfg.reward.weights),
+            "judge": dict(cfg.reward.judge), "reward_options": dict(cfg.reward.options)}

@@ -111,13 +111,12 @@ def trajectory_record(sample: SkyRLSample, sample_idx: int, output: dict[str, An
     trace = metrics.get("trace") or []
     gt = sample.ground_truth
     prompt_ids, response_ids = output["prompt_token_ids"][i], output["response_ids"][i]
-    stop = (output.get("stop_reasons") or ["stop"] * (i + 1))[i]
     answered = bool(metrics.get("answered"))
     success = bool(metrics.get("success"))
-    if stop == "length" and len(prompt_ids) + len(response_ids) >= max_input_length:
-        stop = "context_overflow"
-    elif not answered and not success and metrics.get("turns", 0) >= gt.get("max_turns", 0):
-        stop = "max_turns"
+    # The env says why it ended an episode; one it did not end, SkyRL's generator cut: by the context
+    # (max_input_length) or by its own turn limit (rollout.max_turns below the task's).
+    stop = metrics.get("stop_reason") or (
+        "context_overflow" if len(prompt_ids) + len(response_ids) >= max_input_length else "max_turns")
     answers = [t for t in trace if t.get("kind") == "answer"]
     return {
         "task_id": sample.task_id, "sample_idx": sample_idx, "data_source": sample.data_source,
