@@ -10,7 +10,7 @@ VLLM_STAMP := $(VLLM_VENV)/.deps-stamp
 VLLM_PIP := $(VLLM_BIN)/pip -q --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: venv deps train baseline test test-all skyrl smoke-vllm vllm-cpu browser health bench bench-trl clean
+.PHONY: venv deps train baseline test test-unit test-all skyrl smoke-vllm vllm-cpu browser health bench bench-trl clean
 
 venv: $(BIN)/python
 $(BIN)/python:
@@ -38,6 +38,13 @@ baseline: deps
 
 test: deps
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The unit tier (< 1 minute): no model, at most a server process per test; feedback on a one-line change.
+UNIT_TESTS := tests/test_layering.py tests/test_errors.py tests/envs/test_parsing.py tests/envs/test_fuzz_parsing.py \
+	tests/rewards tests/eval tests/training/test_config.py tests/training/test_credit.py \
+	tests/training/test_prompt_order.py tests/data/test_splits.py
+test-unit: deps
+	$(BIN)/python -m pytest -m "not slow" $(UNIT_TESTS) $(PYTEST_ARGS)
 
 # Everything, slow tests included; then the vLLM backend for real in its own venv (vllm-cpu on a CPU).
 test-all: deps vllm-cpu

@@ -32,8 +32,9 @@ DEFAULT_CONFIG = Path("configs/quickstart.yaml")
 
 def train_command(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Config YAML, or a directory with model.yaml, "
-                                                "algo_grpo.yaml and rollout.yaml [default: configs/quickstart.yaml; "
-                                                "with --equal-time, the run's config.yaml].")] = None,
+                                                "algo_grpo.yaml and rollout.yaml [default: configs/quickstart.yaml where it exists, "
+                                                "else the built-in defaults (the same recipe); with --equal-time, "
+                                                "the run's config.yaml].")] = None,
     engine: Annotated[Engine, typer.Option(help="embedded: mcprl's trainer (CPU or one GPU); "
                                            "skyrl: SkyRL's Ray/FSDP/vLLM trainer (GPUs).")] = Engine.embedded,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would run and exit; loads no model.")] = False,
@@ -56,7 +57,7 @@ def train_command(
                 raise ConfigError("--equal-time trains SFT from the base model, as RUN_DIR did; drop --resume-from")
             _run_equal_time(equal_time, config, override or [], engine=engine, dry_run=dry_run, resume=resume)
             return
-        cfg = load_train_config(config or DEFAULT_CONFIG, override or [])
+        cfg = load_train_config(config or (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None), override or [])
         if engine is Engine.skyrl:
             if resume_from is not None:
                 raise ConfigError("--resume-from: SkyRL's trainer resumes from its own latest checkpoint; use --resume")

@@ -653,7 +653,7 @@ class _GenerationWeights:
     kept in sync automatically (a parameter whose storage or version counter changed is copied or
     re-merged), or the trainer's model itself elsewhere. Merging matters: a PEFT model runs every
     adapter as two extra matmuls per layer and decode step, 20% slower decode on the 2-core CPU
-    (docs/benchmarks.md). `version` advances whenever the weights change, so keys/values computed
+    (docs/experiments/). `version` advances whenever the weights change, so keys/values computed
     earlier can be dropped."""
 
     def __init__(self, model: PreTrainedModel, dtype: torch.dtype):

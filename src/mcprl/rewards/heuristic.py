@@ -220,7 +220,7 @@ def episode_end(gt: dict[str, Any], state: RewardState, weights: HeuristicWeight
 
     The default (-0.8 = wrong_answer - shaping_cap) makes giving up after any number of good calls
     earn no more than a wrong answer after none; at -0.3, GRPO from a weak warm start learned to call
-    until max turns (greedy answer rate 88% -> 37%, docs/benchmarks.md)."""
+    until max turns (greedy answer rate 88% -> 37%, docs/experiments/)."""
     needs_answer = gt.get("answer") is not None or bool(_success(gt).get("answer_required"))
     parts = {"unanswered": weights.unanswered} if needs_answer and not state.solved else {}
     return settle(parts, state, weights)

@@ -129,14 +129,14 @@ class SFTConfig:
     lr: float = opt(1e-4, "Learning rate (1e-4 for a full fine-tune; LoRA wants about 5e-4).")
     batch_size: int = opt(
         1, "Demonstrations per optimizer step: at equal demos and time, 1 learned far more than 4 "
-           "(docs/benchmarks.md, \"Demos per SFT step\").")
+           "(docs/experiments/2026-11-26-demos-per-sft-step.md).")
     micro_batch_size: int = opt(1, "Demonstrations per forward/backward when batch_size > 1 (peak memory; a full "
                                    "fine-tune of 4 x 1024 tokens peaks at 7.4 GB with 4, 4.7 GB with 1, same speed).")
     max_seq_len: int = opt(1024, "Longer demonstrations are truncated to this many tokens.")
     order: PromptOrder = opt(
         "shuffle", "Order of the demonstrations each pass: shuffle (seeded, length-bucketed batches) or stratified "
                    "(the shuffle dealt round-robin over their tasks' families). Stratified warm starts were no "
-                   "better at three seeds: 82.3 / 89.6 / 72.9% against 79.2 / 94.8 / 80.2% (docs/benchmarks.md).")
+                   "better at three seeds: 82.3 / 89.6 / 72.9% against 79.2 / 94.8 / 80.2% (docs/experiments/).")
     warmup_steps: int = opt(3, "Linear warm-up steps.")
     lr_scheduler: LRSchedule = opt(
         "constant", "Learning-rate schedule after warm-up (cosine decays to 0 at max_steps or the last epoch).")
@@ -146,7 +146,7 @@ class SFTConfig:
     ema_decay: float | None = opt(
         0.95, "Warm start = an exponential moving average of the SFT weights with this decay (0.95: about the "
               "last 20 steps; null: the last step's weights). At batch_size 1 the last few demos otherwise decide "
-              "it: 28-83% held-out success across data orders without, 70-90% with (docs/benchmarks.md).")
+              "it: 28-83% held-out success across data orders without, 70-90% with (docs/experiments/).")
     save_every: int = opt(0, "Checkpoint every N SFT steps (0: only when the phase ends).")
     detach: Detach = opt(
         "prompt", "What the backward pass skips (the loss is the same): prompt encodes each demo's system + task "
@@ -239,7 +239,7 @@ class AlgoConfig:
     negative_weight: float = opt(
         1.0, "Scale of negative advantages after the estimator (1: plain GRPO; 0: only episodes above their group's "
              "mean train). A failing multi-turn episode's correct calls share its negative advantage, which can teach "
-             "skipping required calls (docs/benchmarks.md). Embedded trainer.")
+             "skipping required calls (docs/experiments/). Embedded trainer.")
     credit: Literal["episode", "turn"] = opt(
         "episode", "Where an episode's advantage goes: every token (episode: plain GRPO) or the turns where the "
                    "group's episodes took different actions, as Q(s, a) - V(s) over the group (turn: GiGPO-style; "
@@ -275,7 +275,7 @@ class RolloutConfig:
     max_input_length: int = opt(2048, "Longest context (prompt + earlier turns) a turn may start from.")
     temperature: float = opt(
         1.3, "Sampling temperature for training rollouts (and the trainer's logprobs). Above 1: SFT warm starts are "
-             "nearly deterministic at 1.0, and hotter groups stopped GRPO losing held-out tasks (docs/benchmarks.md).")
+             "nearly deterministic at 1.0, and hotter groups stopped GRPO losing held-out tasks (docs/experiments/).")
     top_p: float = opt(1.0, "Nucleus sampling.")
     top_k: int = opt(-1, "Top-k sampling (-1: off).")
     tool_timeout_s: float = opt(EnvConfig.tool_timeout_s, "Seconds before a tool call counts as timed out.")

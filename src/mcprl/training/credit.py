@@ -3,7 +3,7 @@
 Plain GRPO gives every token of an episode the episode's advantage. In a multi-turn group the episodes
 share their first turns (the same call from the same prompt) and part ways somewhere; a failed episode's
 correct calls are then pushed down with its wrong answer. The measured effect on the quickstart: failed
-episodes made more calls, and GRPO taught the model to skip required calls (docs/benchmarks.md, run N).
+episodes made more calls, and GRPO taught the model to skip required calls (docs/experiments/, run N).
 
 Here the episodes of a group form a tree of states, a state being the actions taken so far (tool calls by
 name and canonical arguments, other turns by their text). At a state that several episodes reached, a

@@ -1,7 +1,7 @@
 """`algo.guard`: GRPO ends on the weights whose greedy probe was best, and goes back to them when a probe falls.
 
 Why: at one seed eight GRPO steps took held-out success from 70.8% to 50.0% while the sampled rewards of its
-steps rose; only greedy answers showed the collapse (docs/benchmarks.md). So every `every` steps, and after the
+steps rose; only greedy answers showed the collapse (docs/experiments/). So every `every` steps, and after the
 last, the policy answers the same seeded training tasks greedily. A probe at least as good as the best becomes the
 best (its checkpoint is saved and never pruned); one below the best by more than `tolerance` brings the best
 checkpoint's weights and optimizer back, and GRPO goes on from there with the prompts that come next.

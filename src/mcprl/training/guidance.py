@@ -1,7 +1,7 @@
 """Expert guidance for GRPO (LUFFY-style): a task's demo takes a place in a group whose rollouts all failed.
 
 A group without a success can only push down what the policy sampled; it never shows the way. Where
-the warm start gives a demo's key token p ~ 1e-3 (a family's first tool, docs/benchmarks.md), a group
+the warm start gives a demo's key token p ~ 1e-3 (a family's first tool, docs/experiments/), a group
 of four almost never samples it and the family stays failed. The rule generator has a demo for every
 training task: replayed through the real environment it becomes an episode with the env's own reward,
 tool outputs and loss mask. No policy sampled it, so its behaviour logprobs are NaN (unknown) and the

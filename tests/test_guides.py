@@ -1,0 +1,69 @@
+"""The guides' commands run as written: every `mcprl ...` line of a guide's bash blocks, in order, in a
+fresh directory holding the files the guide writes (a code block whose first line is `# FILENAME`)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mcprl.cli.main import app
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
+
+
+def _steps(page: Path) -> list[tuple[str, str, str]]:
+    """("file", name, text) and ("run", command, "") in page order."""
+    steps = []
+    for lang, body in BLOCK.findall(page.read_text()):
+        first, _, rest = body.partition("\n")
+        if lang in ("yaml", "json", "jsonl") and first.startswith("# "):
+            steps.append(("file", first[2:].strip(), rest))
+        elif lang == "bash":
+            steps += [("run", line.strip(), "") for line in body.splitlines() if line.strip().startswith("mcprl ")]
+    return steps
+
+
+@pytest.mark.parametrize("page", ["own-server.md"])
+def test_a_guide_runs_as_written(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = _steps(DOCS / page)
+    assert sum(kind == "run" for kind, _, _ in steps) >= 5, "the guide lost its commands"
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    for kind, what, text in steps:
+        if kind == "file":
+            # `python` in a servers YAML is whatever python the user has; here, the one running the tests.
+            (tmp_path / what).write_text(text.replace("command: python,", f"command: {sys.executable},"))
+            continue
+        result = runner.invoke(app, shlex.split(what)[1:], catch_exceptions=False)
+        assert result.exit_code == 0, f"{what}\n{result.output}"
+    assert (tmp_path / "my_train.jsonl").read_text().count("\n") == 2
+
+
+def test_the_cli_reference_is_current() -> None:
+    from mcprl.cli.reference import cli_reference
+
+    reference = cli_reference()
+    assert "### `mcprl train`" in reference and "### `mcprl eval compare`" in reference
+    assert reference in (DOCS / "cli.md").read_text(), "docs/cli.md: regenerate it with cli_reference()"
+
+
+def test_the_docs_site_builds_strict(tmp_path: Path) -> None:
+    """`mkdocs build --strict`: every page in the nav exists and every relative link and anchor resolves."""
+    import subprocess
+
+    root = DOCS.parent
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(root / "mkdocs.yml"),
+                           "-d", str(tmp_path / "site")], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "site" / "index.html").exists()
+
+
+def test_readme_stays_short() -> None:
+    assert len((DOCS.parent / "README.md").read_text().splitlines()) <= 150
