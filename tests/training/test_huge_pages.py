@@ -1,4 +1,4 @@
-"""`import mcprl` puts torch's large CPU tensors on transparent huge pages, unless the user said otherwise."""
+"""`import mcprl.models` (the layer every model load goes through) puts torch's large CPU tensors on transparent huge pages, unless the user said otherwise."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 PROBE = """
-import os, mcprl, torch
+import os, mcprl.models, torch
 x = torch.ones(64 * 2**20 // 4)  # 64 MB
 huge = [line for line in open("/proc/self/smaps_rollup") if line.startswith("AnonHugePages")]
 print(os.environ["THP_MEM_ALLOC_ENABLE"], int(huge[0].split()[1]) if huge else -1)
