@@ -67,3 +67,31 @@ def test_the_docs_site_builds_strict(tmp_path: Path) -> None:
 
 def test_readme_stays_short() -> None:
     assert len((DOCS.parent / "README.md").read_text().splitlines()) <= 150
+
+
+def _leaf_commands():
+    import typer
+
+    root = typer.main.get_command(app)
+    stack = [(root, [], root.context_class(root, info_name="mcprl"))]
+    while stack:
+        cmd, path, ctx = stack.pop()
+        if hasattr(cmd, "list_commands"):
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                stack.append((sub, [*path, name], sub.context_class(sub, info_name=name, parent=ctx)))
+        else:
+            yield path, cmd
+
+
+def test_every_command_shows_an_example_that_parses() -> None:
+    """`--help` of each command shows one example, and the example's arguments are ones the command takes."""
+    leaves = list(_leaf_commands())
+    assert len(leaves) >= 15
+    for path, cmd in leaves:
+        help_text = cmd.help or ""
+        assert "Example: mcprl " in help_text, f"mcprl {' '.join(path)}: no example in its help"
+        example = shlex.split(help_text.split("Example: ", 1)[1].split("\n\n")[0].replace("\n", " "))
+        assert example[: len(path) + 1] == ["mcprl", *path], f"the example of mcprl {' '.join(path)} runs another command"
+        ctx = cmd.make_context(path[-1], example[len(path) + 1:])  # raises on an unknown option or a missing argument
+        assert ctx.params is not None

@@ -56,7 +56,7 @@ def test_mcprl_eval_with_the_real_default_model(tmp_path, tasks):
     data = write_samples(tasks.samples, tmp_path / "tasks.jsonl")
     cfg = tmp_path / "small.yaml"
     cfg.write_text("rollout: {max_new_tokens: 24, max_turns: 3}\nmodel: {threads: 2}\n")
-    result = CliRunner().invoke(app, ["eval", "--model", "smollm2-135m", "--data", str(data), "--n", "2",
+    result = CliRunner().invoke(app, ["eval", "run", "--model", "smollm2-135m", "--data", str(data), "--n", "2",
                                       "--max-tasks", "2", "--config", str(cfg), "--out", str(tmp_path / "out"),
                                       "--override", "rollout.max_turns=1", "--override", "model.threads=1"])
     assert result.exit_code == 0, result.output
@@ -69,7 +69,7 @@ def test_mcprl_eval_with_the_real_default_model(tmp_path, tasks):
 
 def test_mcprl_eval_rejects_a_bad_override_before_loading_a_model(tmp_path, tasks):
     data = write_samples(tasks.samples, tmp_path / "tasks.jsonl")
-    result = CliRunner().invoke(app, ["eval", "--model", "no-such-model", "--data", str(data),
+    result = CliRunner().invoke(app, ["eval", "run", "--model", "no-such-model", "--data", str(data),
                                       "--override", "rollout.max_turns=many"])
     assert result.exit_code == 2
     assert "rollout.max_turns" in result.output and "Traceback" not in result.output

@@ -38,7 +38,7 @@ def _csv(value: Optional[str]) -> Optional[list[str]]:
 @app.command()
 def generate(
     method: str = typer.Option(..., "--method", "-m", help="families | rules | llm | specs"),
-    out: Path = typer.Option(..., "--out", "-o", help="Output .jsonl/.json/.parquet, or a directory with --split."),
+    out: Path = typer.Option(..., "--out", help="Output .jsonl/.json/.parquet, or a directory with --split."),
     n: int = typer.Option(100, "--n", envvar="N_SAMPLES", help="Tasks to generate (rules, llm)."),
     seed: int = typer.Option(0, "--seed", help="Fixes generation and the split."),
     inp: Optional[Path] = typer.Option(None, "--in", help="specs: the conversation specs JSONL."),
@@ -68,7 +68,10 @@ def generate(
     no_cache: bool = typer.Option(False, "--no-cache", help="llm: always ask the endpoint."),
     verify: bool = typer.Option(False, "--verify", help="specs: re-execute calls, drop mismatches."),
 ) -> None:
-    """Generate samples (and expert trajectories) with the rule, LLM or specs generator."""
+    """Generate samples (and expert trajectories) with the rule, LLM or specs generator.
+
+    Example: mcprl data generate --method families --n 600 --seed 1 --recovery 0.25 --out data/processed/train.jsonl
+    """
     from mcprl.data.llm import LLMError
     from mcprl.data.splits import SplitError, is_directory, parse_split
     from mcprl.tools.errors import ConfigError, ToolError
@@ -132,7 +135,10 @@ def natural_cmd(
     spec: Path = typer.Option(Path("data/heldout/natural.yaml"), "--in", help="The hand-written tasks (YAML)."),
     out: Path = typer.Option(Path("data/heldout/natural.jsonl"), "--out", help="Where the verified tasks go."),
 ) -> None:
-    """Build the natural held-out set: execute every hand-written plan, take each answer from its results."""
+    """Build the natural held-out set: execute every hand-written plan, take each answer from its results.
+
+    Example: mcprl data natural --in data/heldout/natural.yaml --out data/heldout/natural.jsonl
+    """
     from mcprl.data.natural import NaturalTaskError, build, write
     from mcprl.tools.errors import ToolError
 
@@ -231,7 +237,10 @@ def validate(
     servers_config: Optional[Path] = ConfigOpt,
     no_servers: bool = typer.Option(False, "--no-servers", help="Skip checking tools against live servers."),
 ) -> None:
-    """Check every row (schema, prompt budget, tools the servers expose); exit 1 on any problem."""
+    """Check every row (schema, prompt budget, tools the servers expose); exit 1 on any problem.
+
+    Example: mcprl data validate --in data/processed/train.jsonl --max-tokens 2048 --model smollm2-135m
+    """
     from mcprl.data.validate import ValidationSetupError, print_report
     from mcprl.data.validate import validate as run_validation
     from mcprl.errors import ConfigError
@@ -250,7 +259,10 @@ def convert(
     inp: Path = typer.Option(..., "--in", help="Source .jsonl/.json/.parquet."),
     out: Path = typer.Option(..., "--out", help="Target .jsonl/.json/.parquet (format from the extension)."),
 ) -> None:
-    """Convert a dataset between JSON, JSONL and Parquet; rows round-trip exactly."""
+    """Convert a dataset between JSON, JSONL and Parquet; rows round-trip exactly.
+
+    Example: mcprl data convert --in data/processed/train.jsonl --out data/processed/train.parquet
+    """
     from mcprl.data.sample import detect_format, iter_rows, write_samples
 
     try:
@@ -267,7 +279,10 @@ def convert(
 
 @app.command()
 def stats(inp: Path = typer.Option(..., "--in", help="Dataset (.jsonl/.json/.parquet).")) -> None:
-    """Counts by complexity and source, prompt sizes and tool use (no tokenizer, no servers)."""
+    """Counts by complexity and source, prompt sizes and tool use (no tokenizer, no servers).
+
+    Example: mcprl data stats --in data/processed/train.jsonl
+    """
     from mcprl.data.validate import ValidationSetupError, print_report, validate_file
 
     try:

@@ -47,7 +47,10 @@ def one_step(sample: Any, env_config: dict[str, Any], action: str | None) -> tup
 def check(data: Optional[Path] = DataOpt, index: int = typer.Option(0, help="Row of the dataset."),
           action: Optional[str] = typer.Option(None, help="The model turn to send; default: the first expected call."),
           servers_config: Optional[Path] = typer.Option(None, "--servers-config", "-c")) -> None:
-    """Build the env from a sample, call init() and one step('<tool_call>...'), print reward, done, metadata."""
+    """Build the env from a sample, call init() and one step('<tool_call>...'), print reward, done, metadata.
+
+    Example: mcprl env check --data data/processed/quickstart_train.jsonl --index 3
+    """
     sample = load_sample(data, index)
     env, out, action = one_step(sample, {"servers_config": str(servers_config) if servers_config else None}, action)
     console.print(f"task: {sample.task_id} ({sample.ground_truth['complexity']})")

@@ -1,4 +1,4 @@
-"""`mcprl eval compare|summarize` and the `mcprl report` command and `mcprl eval --model` (wired into the main app by mcprl.cli.main)."""
+"""`mcprl eval compare|summarize` and the `mcprl report` command and `mcprl eval run` (wired into the main app by mcprl.cli.main)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from mcprl.eval.report import build_report
 from mcprl.eval.results import write_eval_outputs
 from mcprl.eval.trajectory import load_trajectories
 
-app = typer.Typer(add_completion=False, help="Run and analyse evaluations.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run and analyse evaluations.")
 _err = Console(stderr=True)
 
 
@@ -36,7 +36,10 @@ def compare(
     dir_a: Annotated[Path, typer.Argument(help="First eval directory (the baseline).")],
     dir_b: Annotated[Path, typer.Argument(help="Second eval directory; deltas are B - A.")],
 ) -> None:
-    """Two evals side by side: every overall metric and the key ones per complexity."""
+    """Two evals side by side: every overall metric and the key ones per complexity.
+
+    Example: mcprl eval compare runs/quickstart/eval_base runs/quickstart/eval_grpo
+    """
     with _one_line_errors():
         compare_dirs(dir_a, dir_b)
 
@@ -55,7 +58,10 @@ def summarize(
         int | None, typer.Option(help="Context size; a 'length' stop at it counts as context overflow.")
     ] = None,
 ) -> None:
-    """Recompute aggregated_results.json (metrics, error patterns, GRPO signal, alarms) and print it."""
+    """Recompute aggregated_results.json (metrics, error patterns, GRPO signal, alarms) and print it.
+
+    Example: mcprl eval summarize runs/quickstart/eval_grpo --reference runs/quickstart/eval_base
+    """
     out_dir = eval_dir.parent if eval_dir.is_file() else eval_dir
     with _one_line_errors():
         write_eval_outputs(
@@ -72,34 +78,34 @@ def report_command(
     run_dir: Annotated[Path, typer.Argument(help="Training run directory (metrics.jsonl, eval_*/, summary.json).")],
     open_browser: Annotated[bool, typer.Option("--open", help="Open report.html in a browser afterwards.")] = False,
 ) -> None:
-    """Charts, report.html and a one-screen summary of a run, written to RUN_DIR/report/."""
+    """Charts, report.html and a one-screen summary of a run, written to RUN_DIR/report/.
+
+    Example: mcprl report runs/quickstart --open
+    """
     with _one_line_errors():
         paths = build_report(run_dir)
     if open_browser:
         webbrowser.open(paths.html.resolve().as_uri())
 
 
-def eval_callback(
-    ctx: typer.Context,
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name, local dir, or training checkpoint."),
-    data: Optional[Path] = typer.Option(None, "--data", "-d", help="Tasks (.jsonl/.json/.parquet)."),
+@app.command("run")
+def run_command(
+    model: str = typer.Option(..., "--model", "-m", help="Model name, local dir, or training checkpoint."),
+    data: Path = typer.Option(..., "--data", "-d", help="Tasks (.jsonl/.json/.parquet)."),
     n: int = typer.Option(1, "--n", "-n", help="Samples per task (pass@k uses k = n)."),
     temperature: float = typer.Option(0.0, help="Sampling temperature (0: greedy)."),
-    out: Path = typer.Option(Path("runs/eval"), "--out", "-o", help="Output directory."),
+    out: Path = typer.Option(Path("runs/eval"), "--out", help="Output directory."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="Training YAML for rollout/env settings."),
-    override: Optional[list[str]] = typer.Option(None, "--override", help="section.key=value on top of --config, "
-                                                 "repeatable (as `mcprl train -o`), e.g. --override model.threads=1."),
+    override: Optional[list[str]] = typer.Option(None, "--override", "-o", help="section.key=value on top of --config, "
+                                                 "repeatable (as `mcprl train -o`), e.g. -o model.threads=1."),
     max_tasks: Optional[int] = typer.Option(None, help="Evaluate at most this many tasks."),
     reference: Optional[Path] = typer.Option(None, help="Earlier eval dir: enables the tool-collapse alarm."),
 ) -> None:
-    """Evaluate a model: `mcprl eval --model M --data FILE --n K --out DIR` (or a subcommand)."""
-    if ctx.invoked_subcommand is not None:
-        return
-    if model is None or data is None:
-        typer.echo(ctx.get_help())
-        raise typer.Exit(2)
-    from mcprl.errors import ConfigError
+    """Run a model on tasks through the env, K samples each, into an eval dir.
 
+    Example: mcprl eval run -m runs/quickstart/checkpoints/step_done -d data/processed/quickstart_test.jsonl --n 4 --out runs/eval_grpo
+    """
+    from mcprl.errors import ConfigError
     from mcprl.training.evaluate import run_eval
 
     try:

@@ -21,7 +21,10 @@ def try_judge(data: Optional[Path] = DataOpt, index: int = typer.Option(0, help=
               action: Optional[str] = typer.Option(None, help="The model turn to score; default: the first expected call."),
               model: Optional[str] = typer.Option(None, help="Judge model (default: $OPENAI_MODEL or gpt-4o-mini)."),
               base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL).")) -> None:
-    """Run one env step with `reward.fn: llm_judge`; a judge failure shows the heuristic fallback."""
+    """Run one env step with `reward.fn: llm_judge`; a judge failure shows the heuristic fallback.
+
+    Example: mcprl judge try --data data/processed/quickstart_train.jsonl --model gpt-4o-mini
+    """
     judge = {k: v for k, v in {"model": model, "base_url": base_url}.items() if v}
     sample = load_sample(data, index)
     _, out, action = one_step(sample, {"reward_fn": "llm_judge", "judge": judge}, action)

@@ -92,7 +92,10 @@ def up(
     backend: str = typer.Option("offline", help="offline | live"),
     only: Optional[list[str]] = typer.Option(None, "--only", help="Start just these servers."),
 ) -> None:
-    """Start all five servers over streamable HTTP; Ctrl-C (or SIGTERM) stops every one of them."""
+    """Start all five servers over streamable HTTP; Ctrl-C (or SIGTERM) stops every one of them.
+
+    Example: mcprl servers up --base-port 7001
+    """
     names = only or list(OUR_SERVERS)
     unknown = sorted(set(names) - set(OUR_SERVERS))
     if unknown:
@@ -168,7 +171,10 @@ def check(
     transport: str = typer.Option("stdio", help="For our servers: stdio (spawn them) or http (`servers up`)."),
     timeout: float = typer.Option(20.0, help="Seconds per start and per call."),
 ) -> None:
-    """Connect to each server, list its tools, make one happy-path call; exit 1 if any fails."""
+    """Connect to each server, list its tools, make one happy-path call; exit 1 if any fails.
+
+    Example: mcprl servers check --servers-config my_servers.yaml
+    """
     try:
         config = load_servers_config(servers_config) if servers_config else default_servers_config(transport)
     except ConfigError as e:

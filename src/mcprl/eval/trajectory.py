@@ -112,7 +112,7 @@ def load_trajectories(path: Path) -> list[Trajectory]:
     if path.is_dir():
         path = path / "trajectories.jsonl"
     if not path.is_file():
-        raise RunDirError(f"no trajectories file at {path}; run `mcprl eval` first or pass the eval directory")
+        raise RunDirError(f"no trajectories file at {path}; run `mcprl eval run` first or pass the eval directory")
     rows = []
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():

@@ -1,6 +1,6 @@
 """Evaluation episodes: a policy runs held-out tasks through the same env and rollout engine as training,
 and the trajectories become an eval directory (trajectories.jsonl + aggregated_results.json) that
-`mcprl.eval` analyses. The trainer's evals and `mcprl eval --model` both run here."""
+`mcprl.eval` analyses. The trainer's evals and `mcprl eval run` both run here."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def evaluate_in_run(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], 
 def run_eval(model: str, data: Path, *, n: int = 1, temperature: float = 0.0, out: Path,
              config: Path | None = None, overrides: list[str] | None = None, max_tasks: int | None = None,
              reference: Path | None = None) -> dict[str, Any]:
-    """`mcprl eval --model M --data FILE --n K`: K samples per task of a model, a local dir or a checkpoint."""
+    """`mcprl eval run -m M -d FILE --n K`: K samples per task of a model, a local dir or a checkpoint."""
     cfg = load_train_config(config, overrides or [])
     weights, tokenizer = load_policy_weights(model)
     policy = build_policy(cfg, model=weights, tokenizer=tokenizer)
