@@ -64,10 +64,10 @@ def one(detach: str, steps: int) -> dict[str, float]:
             "rewards": [float(i % 2 == 0) for i in range(len(rows))],
             "rollout_logprobs": [[0.0] * (e - f) for f, e in zip(firsts, ends)],
         }, [f"g{i // GROUP_SIZE}" for i in range(len(rows))])
-        ids, attention, select = grpo._micro_tensors(batch, list(range(batch.size)), tokenizer.pad_token_id)
+        ids, attention, select = grpo.token_tensors(batch, list(range(batch.size)), tokenizer.pad_token_id)
         with torch.no_grad():
             own = selected_token_logprobs(model, ids, attention, select, bf16=bf16).logprobs
-        batch.old_logprobs = grpo._scatter(own, batch.loss_mask)
+        batch.old_logprobs = grpo.scatter_tokens(own, batch.loss_mask)
         t0 = time.perf_counter()
         metrics = grpo.update(model, batch, config, algo, opt, sched, pad_id=tokenizer.pad_token_id,
                               temperature=1.0, bf16=bf16)

@@ -27,10 +27,10 @@ def _batch(model: LlamaForCausalLM, rewards: list[float]) -> grpo.GRPOBatch:
                               "rewards": rewards, "rollout_logprobs": [[0.0] * 8 for _ in rewards]},
                              [f"g{i // 2}" for i in range(len(rewards))])
     rows = list(range(batch.size))
-    ids, attention, select = grpo._micro_tensors(batch, rows, pad_id=0)
+    ids, attention, select = grpo.token_tensors(batch, rows, pad_id=0)
     with torch.no_grad():
         own = selected_token_logprobs(model, ids, attention, select).logprobs
-    batch.old_logprobs = grpo._scatter(own.cpu(), batch.loss_mask)  # the batch lives on the CPU, as the trainer's
+    batch.old_logprobs = grpo.scatter_tokens(own.cpu(), batch.loss_mask)  # the batch lives on the CPU, as the trainer's
     return batch
 
 
@@ -73,7 +73,7 @@ def test_ratio_std_resolves_the_tiny_spread_of_on_policy_ratios():
     batch = _batch(model, [1.0, 0.0, 0.0, 1.0])
     n = int(batch.loss_mask.sum())
     signs = torch.tensor([(-1.0) ** i for i in range(n)])
-    batch.old_logprobs = batch.old_logprobs + 1e-6 * grpo._scatter(signs, batch.loss_mask)
+    batch.old_logprobs = batch.old_logprobs + 1e-6 * grpo.scatter_tokens(signs, batch.loss_mask)
     metrics, _ = _update(model, batch, detach="none")
     assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
     assert metrics["ratio_std"] == pytest.approx(1e-6, rel=0.2)

@@ -104,7 +104,9 @@ def advantages(batch: GRPOBatch, config: AlgorithmConfig, *, negative_weight: fl
     return adv * batch.loss_mask, kept
 
 
-def _micro_tensors(batch: GRPOBatch, rows: list[int], pad_id: int) -> tuple[torch.Tensor, ...]:
+def token_tensors(batch: GRPOBatch, rows: list[int], pad_id: int) -> tuple[torch.Tensor, ...]:
+    """The rows as model input: token ids and attention mask, left-aligned and padded, and where the
+    model's own response tokens are (the positions whose logprobs the loss uses)."""
     width = max(len(batch.input_ids[i]) for i in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(rows), width), dtype=torch.long)
@@ -118,7 +120,7 @@ def _micro_tensors(batch: GRPOBatch, rows: list[int], pad_id: int) -> tuple[torc
     return ids, attention, select
 
 
-def _scatter(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def scatter_tokens(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Flat per-token values (masked positions, row-major) back into a [B, R] tensor on their device."""
     return torch.zeros(mask.shape, dtype=flat.dtype, device=flat.device).masked_scatter(mask.to(flat.device).bool(), flat)
 
@@ -129,10 +131,10 @@ def current_logprobs(model: PreTrainedModel, batch: GRPOBatch, rows: list[int], 
     parts = []
     for start in range(0, len(rows), micro_batch_size):
         chunk = rows[start:start + micro_batch_size]
-        ids, attention, select = _micro_tensors(batch, chunk, pad_id)
+        ids, attention, select = token_tensors(batch, chunk, pad_id)
         with torch.no_grad():
             stats = selected_token_logprobs(model, ids, attention, select, temperature=temperature, bf16=bf16)
-        parts.append(_scatter(stats.logprobs, batch.loss_mask[chunk]).cpu())  # beside the batch's other tensors
+        parts.append(scatter_tokens(stats.logprobs, batch.loss_mask[chunk]).cpu())  # beside the batch's other tensors
     return torch.cat(parts)
 
 
@@ -190,12 +192,12 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
         sums = {"loss": 0.0, "dev": 0.0, "dev_sq": 0.0, "kl": 0.0, "entropy": 0.0, "clip": 0.0, "tokens": 0.0}
         for start in range(0, len(active), algo.micro_batch_size):
             rows = active[start:start + algo.micro_batch_size]
-            ids, attention, select = _micro_tensors(batch, rows, pad_id)
+            ids, attention, select = token_tensors(batch, rows, pad_id)
             stats = selected_token_logprobs(model, ids, attention, select, temperature=temperature, bf16=bf16,
                                             with_entropy=True, detach=algo.detach)
             device = stats.logprobs.device  # the model's; the batch stays on the CPU
             mask = batch.loss_mask[rows].to(device)
-            logp = _scatter(stats.logprobs, mask)
+            logp = scatter_tokens(stats.logprobs, mask)
             old = batch.old_logprobs[rows].to(device)
             loss, loss_metrics = loss_fn(logp, old, scaled[rows].to(device), config=config, loss_mask=mask,
                                          rollout_logprobs=None)
