@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-import mcprl._compat  # noqa: F401 - before skyrl
+import mcprl._skyrl  # noqa: F401 - the Python 3.11 shim, before skyrl
 from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry, apply_loss_reduction_to_advantages_minibatch
 
 from mcprl.training import grpo

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-import mcprl._compat  # noqa: F401
+import mcprl._skyrl  # noqa: F401
 import mcprl.envs  # noqa: F401
 from mcprl.data.rules import generate
 from mcprl.training.generator import make_generator

@@ -319,7 +319,7 @@ def test_lora_model_and_bf16_copy_follow_adapter_updates(smol) -> None:
 
 
 def test_sampling_dicts_from_skyrl_and_bad_values() -> None:
-    import mcprl._compat  # noqa: F401
+    import mcprl._skyrl  # noqa: F401
     from skyrl.backends.skyrl_train.inference_servers.engine_utils import get_vllm_sampling_params
     from skyrl.train.config import SamplingParams as SkyRLSamplingParams
 
@@ -382,7 +382,7 @@ def _register_two_turn_env() -> str:
 
 
 def test_engine_drives_skyrl_gym_generator_end_to_end(smol) -> None:
-    import mcprl._compat  # noqa: F401
+    import mcprl._skyrl  # noqa: F401
 
     model, tokenizer = smol
     env_id = _register_two_turn_env()

@@ -760,8 +760,7 @@ def _family_names() -> set[str]:
 
 def _check_algorithm_names(algo: AlgoConfig) -> None:
     """Names must exist in SkyRL's registries (the embedded trainer calls the same functions)."""
-    import mcprl._compat  # noqa: F401 - before any skyrl import
-    from skyrl.backends.skyrl_train.utils.ppo_utils import AdvantageEstimatorRegistry, PolicyLossRegistry
+    from mcprl._skyrl import AdvantageEstimatorRegistry, PolicyLossRegistry
 
     for key, value, registry in (("advantage_estimator", algo.advantage_estimator, AdvantageEstimatorRegistry),
                                  ("policy_loss", algo.policy_loss, PolicyLossRegistry)):

@@ -17,15 +17,13 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-import mcprl._compat  # noqa: F401 - before skyrl
-from skyrl.backends.skyrl_train.utils.ppo_utils import (
+from mcprl._skyrl import (
+    AlgorithmConfig,
     PolicyLossRegistry,
     apply_loss_reduction_to_advantages_minibatch,
     compute_advantages_and_returns,
     compute_approx_kl,
 )
-from skyrl.train.config import AlgorithmConfig
-
 from mcprl.training.config import AlgoConfig
 from mcprl.training.credit import Key, episode_keys, turn_advantages
 from mcprl.training.logprobs import selected_token_logprobs

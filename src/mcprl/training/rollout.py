@@ -13,17 +13,16 @@ from copy import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-import mcprl._compat  # noqa: F401 - before skyrl
 import mcprl.envs  # noqa: F401 - registers mcp_tool_env
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from skyrl.train.generators.base import TrajectoryID
 from transformers import PreTrainedTokenizerBase
 
+from mcprl._skyrl import TrajectoryID
 from mcprl.data.sample import SkyRLSample
 from mcprl.envs import ENV_ID
-from mcprl.protocol.parsing import stop_strings
 from mcprl.inference.engine import BatchingEngine
+from mcprl.protocol.parsing import stop_strings
 from mcprl.training.generator import make_generator
 
 ENV_WORKERS = 8  # env steps are tool calls: I/O-bound, fine to overlap
@@ -63,9 +62,7 @@ class Rollouts:
         """`on_episode` is called as each episode ends (a progress bar: episodes end in any order)."""
         generator = make_generator(self.engine, self.tokenizer, max_turns=self.max_turns,
                                    max_input_length=self.max_input_length, sampling=sampling,
-                                   max_env_workers=ENV_WORKERS, env_config=self.env_config)
-        if on_episode is not None:
-            generator.agent_loop = _reporting(generator.agent_loop, on_episode)
+                                   max_env_workers=ENV_WORKERS, env_config=self.env_config, on_episode=on_episode)
         samples = [t for t in tasks for _ in range(n_per_task)]
         batch = {
             "prompts": [list(s.prompt) for s in samples],
@@ -93,15 +90,6 @@ def episode_progress(label: str, total: int, console: Console | None = None) -> 
     with Progress(*columns, console=console, transient=True) as bar:
         job = bar.add_task(label, total=total)
         yield lambda: bar.advance(job)
-
-
-def _reporting(agent_loop: Callable[..., Any], on_episode: Callable[[], None]) -> Callable[..., Any]:
-    """SkyRL's generator gathers one `agent_loop` per episode; wrapping it is the only per-episode hook."""
-    async def loop(*args: Any, **kwargs: Any) -> Any:
-        output = await agent_loop(*args, **kwargs)
-        on_episode()
-        return output
-    return loop
 
 
 def trajectory_record(sample: SkyRLSample, sample_idx: int, output: dict[str, Any], i: int,

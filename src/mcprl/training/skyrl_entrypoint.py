@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import mcprl._compat  # noqa: F401 - before any skyrl import
 import ray
-from skyrl.train.utils.callbacks import CallbackInput, TrainingCallback, TrainingControl
 
+from mcprl._skyrl import CallbackInput, TrainingCallback, TrainingControl, base_ppo_exp, initialize_ray
 from mcprl.training.callbacks import MetricsJsonlCallback, flatten_numbers, to_number
 from mcprl.training.config import TrainConfig
 
@@ -77,9 +76,7 @@ class RunRecordBridge(TrainingCallback):
 
 def _experiment(cfg: Any, train_cfg: TrainConfig, run_dir: str) -> Any:
     """SkyRL's BasePPOExp with the run-record bridge on its trainer (imported here: it pulls in vLLM glue)."""
-    from skyrl.train.entrypoints.main_base import BasePPOExp
-
-    class MCPPPOExp(BasePPOExp):
+    class MCPPPOExp(base_ppo_exp()):  # type: ignore[misc]
         def get_trainer(self, *args: Any, **kwargs: Any) -> Any:
             trainer = super().get_trainer(*args, **kwargs)
             trainer.add_callback(RunRecordBridge(train_cfg, run_dir))
@@ -90,7 +87,7 @@ def _experiment(cfg: Any, train_cfg: TrainConfig, run_dir: str) -> Any:
 
 @ray.remote(num_cpus=1)
 def skyrl_entrypoint(cfg: Any, train_cfg: TrainConfig, run_dir: str) -> None:
-    import mcprl._compat  # noqa: F401 - this worker is a fresh interpreter
+    import mcprl._skyrl  # noqa: F401 - this worker is a fresh interpreter: the shim first
 
     register_env()
     _experiment(cfg, train_cfg, run_dir).run()
@@ -98,7 +95,5 @@ def skyrl_entrypoint(cfg: Any, train_cfg: TrainConfig, run_dir: str) -> None:
 
 def run(cfg: Any, train_cfg: TrainConfig, run_dir: Path) -> None:
     """Start (or join) Ray as SkyRL's main_base does and train; `cfg` is a validated MCPSkyRLTrainConfig."""
-    from skyrl.train.utils.utils import initialize_ray
-
     initialize_ray(cfg)
     ray.get(skyrl_entrypoint.remote(cfg, train_cfg, str(run_dir)))

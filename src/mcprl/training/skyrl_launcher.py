@@ -22,14 +22,13 @@ from typing import Any
 
 import yaml
 
-import mcprl._compat  # noqa: F401 - before any skyrl import
+from mcprl._skyrl import EnvironmentConfig, SkyRLTrainConfig, validate_cfg
 from mcprl.data.sample import read_samples, write_samples
 from mcprl.envs import ENV_ID
 from mcprl.envs.config import EnvConfig
 from mcprl.errors import ConfigError
 from mcprl.training.config import TrainConfig, env_config, resolve_wandb_mode
 from mcprl.training.generator import MCPSkyRLGymConfig
-from skyrl.train.config.config import EnvironmentConfig, SkyRLTrainConfig
 
 _SCHEDULERS = {"constant": "constant_with_warmup", "cosine": "cosine"}
 _PLAIN = re.compile(r"[A-Za-z/][\w./@:+\-]*")
@@ -92,8 +91,6 @@ def plan(cfg: TrainConfig, *, resume: bool = False, prepare: bool = False) -> Sk
 
 def build_skyrl_config(overrides: list[str]) -> MCPSkyRLTrainConfig:
     """SkyRL's own config object from the overrides, checked by SkyRL's `validate_cfg` (no Ray, no GPU)."""
-    from skyrl.train.utils import validate_cfg
-
     try:
         skyrl_cfg = MCPSkyRLTrainConfig.from_cli_overrides(overrides)
         EnvConfig.from_any(skyrl_cfg.environment.skyrl_gym.mcp_tool_env)

@@ -16,14 +16,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import mcprl._compat  # noqa: F401 - before skyrl
 import numpy as np
 import torch
 from loguru import logger
 from rich.console import Console
 from rich.progress import MofNCompleteColumn, Progress, TaskID
-from skyrl.train.utils.trainer_utils import handle_dynamic_sampling
 
+from mcprl._skyrl import handle_dynamic_sampling
 from mcprl.data import families, rules
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
 from mcprl.envs.mcp_env import MCPToolEnv
@@ -38,8 +37,8 @@ from mcprl.training.checkpoint import (
     read_state,
     save_checkpoint,
 )
-from mcprl.training.config import AlgoConfig, LRSchedule, PromptOrder, TrainConfig
 from mcprl.models.devices import release_memory, rss_gb
+from mcprl.training.config import AlgoConfig, LRSchedule, PromptOrder, TrainConfig
 from mcprl.training.evaluate import evaluate_in_run
 from mcprl.training.guard import Guard
 from mcprl.training.guidance import add_expert_demos, demo_turns
