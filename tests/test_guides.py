@@ -23,16 +23,18 @@ def _steps(page: Path) -> list[tuple[str, str, str]]:
     for lang, body in BLOCK.findall(page.read_text()):
         first, _, rest = body.partition("\n")
         if lang in ("yaml", "json", "jsonl") and first.startswith("# "):
-            steps.append(("file", first[2:].strip(), rest))
+            steps.append(("file", first[2:].split(":")[0].strip(), rest))
         elif lang == "bash":
             steps += [("run", line.strip(), "") for line in body.splitlines() if line.strip().startswith("mcprl ")]
     return steps
 
 
-@pytest.mark.parametrize("page", ["own-server.md"])
-def test_a_guide_runs_as_written(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    steps = _steps(DOCS / page)
-    assert sum(kind == "run" for kind, _, _ in steps) >= 5, "the guide lost its commands"
+def test_the_own_server_guide_and_the_readme_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/own-server.md, then the README's commands in the same directory (they use the guide's files)."""
+    guide, readme = _steps(DOCS / "own-server.md"), _steps(DOCS.parent / "README.md")
+    assert sum(kind == "run" for kind, _, _ in guide) >= 5, "the guide lost its commands"
+    assert sum(kind == "run" for kind, _, _ in readme) >= 3, "the README lost its commands"
+    steps = guide + readme
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
     for kind, what, text in steps:
