@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -57,60 +58,86 @@ def crash_then_resume(monkeypatch, cfg, phase: str, step: int, **kwargs) -> dict
     return trainer.train(cfg, resume=True, **kwargs)
 
 
-# The default (full fine-tune) in `make test`; LoRA (adapter checkpoints, merged generation copy) in test-all.
-@pytest.mark.parametrize("mode", ["full", pytest.param("lora", marks=pytest.mark.slow)])
-def test_train_end_to_end_then_resume_exactly(tmp_path, monkeypatch, mode):
-    full = config(tmp_path, "full", f"finetune.mode={mode}")
-    summary = trainer.train(full)
+# One trained run (the default full fine-tune) shared by the tests below, so one failure does not hide
+# the rest; LoRA (adapter checkpoints, merged generation copy) trains its own run in `make test-all`.
+@pytest.fixture(scope="module", params=["full", pytest.param("lora", marks=pytest.mark.slow)])
+def trained(request, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp(f"smoke_{request.param}")
+    summary = trainer.train(config(tmp_path, "full", f"finetune.mode={request.param}"))
     run = tmp_path / "full"
     metrics = rows(run)
-    sft = [r for r in metrics if r["phase"] == "sft"]
-    grpo = [r for r in metrics if r["phase"] == "grpo"]
-    assert [r["step"] for r in sft] == [1, 2, 3, 4] and [r["step"] for r in grpo] == [1, 2]
-    assert all(math.isfinite(r["sft_loss"]) for r in sft)
-    assert all(math.isfinite(r["policy_loss"]) and math.isfinite(r["reward_mean"]) for r in grpo)
-    assert all(0 < r["rollout_s"] <= r["time_s"] and r["rollout_tok_s"] > 0 for r in grpo)
-    for step in grpo:  # every episode of the step, as eval trajectories whose rewards give the logged mean
-        episodes = load_trajectories(run / "rollouts" / f"grpo_step_{step['step']}.jsonl")
+    return SimpleNamespace(mode=request.param, tmp_path=tmp_path, run=run, summary=summary,
+                           sft=[r for r in metrics if r["phase"] == "sft"],
+                           grpo=[r for r in metrics if r["phase"] == "grpo"])
+
+
+def test_every_step_logs_finite_losses_and_timings(trained):
+    assert [r["step"] for r in trained.sft] == [1, 2, 3, 4] and [r["step"] for r in trained.grpo] == [1, 2]
+    assert all(math.isfinite(r["sft_loss"]) for r in trained.sft)
+    assert all(math.isfinite(r["policy_loss"]) and math.isfinite(r["reward_mean"]) for r in trained.grpo)
+    assert all(0 < r["rollout_s"] <= r["time_s"] and r["rollout_tok_s"] > 0 for r in trained.grpo)
+
+
+def test_each_grpo_steps_episodes_are_written_and_give_its_reward(trained):
+    for step in trained.grpo:  # every episode of the step, as eval trajectories whose rewards give the logged mean
+        episodes = load_trajectories(trained.run / "rollouts" / f"grpo_step_{step['step']}.jsonl")
         assert len(episodes) == 4 * step["sample_batches"]
         assert sum(t.reward for t in episodes) / len(episodes) == pytest.approx(step["reward_mean"])
+        assert {t.stop_reason for t in episodes} <= {"answered", "solved", "max_turns", "idle", "error",
+                                                      "context_overflow"}
+
+
+def test_checkpoints_land_under_fixed_names(trained):
+    run = trained.run
     assert (run / "checkpoints" / "latest").read_text() == "step_done"  # a fixed name, whatever the step count
-    assert Path(summary["final_checkpoint"]).name == "step_done"
-    weights = "adapter_model.safetensors" if mode == "lora" else "model.safetensors"
+    assert Path(trained.summary["final_checkpoint"]).name == "step_done"
+    weights = "adapter_model.safetensors" if trained.mode == "lora" else "model.safetensors"
     assert any((p / "model" / weights).exists() for p in (run / "checkpoints").glob("step_*"))
+
+
+def test_the_summary_holds_every_eval_and_the_paired_tests(trained):
+    summary = trained.summary
     assert {"eval_base", "eval_sft", "eval_grpo", "train_seconds", "eval_natural", "paired_natural"} <= set(summary)
     assert set(summary["eval_natural"]) == {"base", "sft", "grpo"}  # the hand-written set, one task (eval.max_tasks)
-    assert (run / "eval_natural_grpo" / "trajectories.jsonl").read_text().count("\n") == 1
+    assert (trained.run / "eval_natural_grpo" / "trajectories.jsonl").read_text().count("\n") == 1
     assert all(summary[f"eval_{name}"]["seconds"] > 0 for name in ("base", "sft", "grpo"))
     assert all(len(summary[f"eval_{name}"]["ci95_pass@1"]) == 2 for name in ("base", "sft", "grpo"))
     assert set(summary["paired"]) == {"sft_vs_base", "grpo_vs_sft"} and summary["paired"]["grpo_vs_sft"]["tasks"] == 1
-    assert json.loads((run / "summary.json").read_text())["train_seconds"] > 0
-    assert (run / "report" / "report.html").exists()
-    pngs = list((run / "report").glob("*.png"))
+    assert json.loads((trained.run / "summary.json").read_text())["train_seconds"] > 0
+
+
+def test_the_report_has_its_page_and_charts(trained):
+    assert (trained.run / "report" / "report.html").exists()
+    pngs = list((trained.run / "report").glob("*.png"))
     assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
+
+def test_sft_alone_at_equal_time_compares_with_the_run(trained):
     # `--equal-time`: SFT alone on the run's config, compared with its last eval (a shorter budget here than
     # the plan's arithmetic, test_baseline.py, would give: 1.5x the run's SFT time is 6 steps).
-    plan = read_plan(run)
-    assert 0 < plan.sft_seconds < summary["train_seconds"] and plan.sft_steps == 4
+    plan = read_plan(trained.run)
+    assert 0 < plan.sft_seconds < trained.summary["train_seconds"] and plan.sft_steps == 4
     short = dataclasses.replace(plan, train_seconds=plan.sft_seconds * 1.5)
     baseline_cfg = equal_time_config(short, None, [])
     trainer.train(baseline_cfg, sft_only=True)
     baseline = Path(baseline_cfg.run.output_dir)
     record = compare_with_run(short, baseline)
-    assert baseline == tmp_path / "full_sft_only" and [r["step"] for r in rows(baseline)] == [1, 2, 3, 4, 5, 6]
+    assert baseline == trained.tmp_path / "full_sft_only" and [r["step"] for r in rows(baseline)] == [1, 2, 3, 4, 5, 6]
     assert record["run_eval"] == "eval_grpo" and record["baseline_vs_run"]["tasks"] == 1
     assert json.loads((baseline / "summary.json").read_text())["equal_time"]["sft_steps"] == 6
 
-    # Crash mid-SFT (after step 3, whose checkpoint does not exist: the last one is step 2), then resume.
-    crashed = config(tmp_path, "crashed", f"finetune.mode={mode}", "eval.before=false", "eval.after_sft=false", "eval.after_grpo=false")
+
+def test_a_crash_mid_sft_resumes_exactly(trained, monkeypatch):
+    # Crash after SFT step 3, whose checkpoint does not exist (the last one is step 2), then resume.
+    crashed = config(trained.tmp_path, "crashed", f"finetune.mode={trained.mode}", "eval.before=false",
+                     "eval.after_sft=false", "eval.after_grpo=false")
     resumed_summary = crash_then_resume(monkeypatch, crashed, "sft", 3, sft_only=True)
     assert Path(resumed_summary["final_checkpoint"]).name == "step_grpo_0"  # GRPO can start from it later
-    resumed = {(r["phase"], r["step"]): r for r in rows(tmp_path / "crashed")}
+    resumed = {(r["phase"], r["step"]): r for r in rows(trained.tmp_path / "crashed")}
     assert [k for k in resumed if k[0] == "sft"] == [("sft", 1), ("sft", 2), ("sft", 3), ("sft", 4)]
     for step in (3, 4):
         assert resumed[("sft", step)]["sft_loss"] == pytest.approx(
-            next(r for r in sft if r["step"] == step)["sft_loss"], abs=1e-4)
+            next(r for r in trained.sft if r["step"] == step)["sft_loss"], abs=1e-4)
 
 
 @pytest.mark.slow
