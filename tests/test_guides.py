@@ -97,3 +97,48 @@ def test_every_command_shows_an_example_that_parses() -> None:
         assert example[: len(path) + 1] == ["mcprl", *path], f"the example of mcprl {' '.join(path)} runs another command"
         ctx = cmd.make_context(path[-1], example[len(path) + 1:])  # raises on an unknown option or a missing argument
         assert ctx.params is not None
+
+
+GUIDES = ["index.md", "quickstart.md", "servers.md", "own-server.md", "data.md", "environment.md", "rewards.md",
+          "training.md", "evaluation.md", "model.md", "scaling-out.md", "troubleshooting.md", "INSTALL.md", "../README.md"]
+
+
+def _command_lines(text: str) -> list[str]:
+    """Every `mcprl ...` line of the page's bash blocks, continuation lines joined, comments dropped."""
+    found = []
+    for lang, body in BLOCK.findall(text):
+        if lang not in ("bash", "sh", "console"):
+            continue
+        joined = re.sub(r"\\\n\s*", " ", body)
+        for line in joined.splitlines():
+            line = line.strip().removeprefix("$ ")
+            line = re.sub(r"^(\.venv/bin/|PYTHONPATH=\S+ )", "", line)
+            if line.startswith("mcprl ") and not re.search(r"\s\[|\s\|\s|\.\.\.", line):  # not a synopsis
+                found.append(shlex.split(line, comments=True))
+    return found
+
+
+def _resolve(args: list[str]):
+    import typer
+
+    cmd = typer.main.get_command(app)
+    ctx = cmd.context_class(cmd, info_name="mcprl")
+    rest = args[1:]
+    while hasattr(cmd, "list_commands") and rest and rest[0] in cmd.list_commands(ctx):
+        cmd = cmd.get_command(ctx, rest[0])
+        ctx = cmd.context_class(cmd, info_name=rest[0], parent=ctx)
+        rest = rest[1:]
+    return cmd, rest
+
+
+@pytest.mark.parametrize("page", GUIDES)
+def test_every_command_in_the_guides_parses(page: str) -> None:
+    """Each `mcprl` line of README.md and the guides names a real command with options it takes (the
+    own-server guide and the README also run, above; `make train` runs the quickstart's)."""
+    lines = _command_lines((DOCS / page).read_text())
+    for args in lines:
+        cmd, rest = _resolve(args)
+        assert not hasattr(cmd, "list_commands") or not rest or rest[0].startswith("-"), f"{page}: {' '.join(args)}"
+        if hasattr(cmd, "list_commands"):
+            continue  # a group with options only, e.g. `mcprl eval --help`
+        cmd.make_context(args[-1], rest, resilient_parsing=False)
