@@ -4,6 +4,8 @@ import random
 from collections import Counter
 from itertools import islice
 
+import pytest
+
 from mcprl.data.sample import SkyRLSample
 from mcprl.training.trainer import prompt_stream
 
@@ -57,3 +59,20 @@ def test_shuffle_keeps_the_shuffled_order_of_earlier_runs():
 def test_family_falls_back_to_the_data_source():
     assert task(0, None, source="llm/weather").family == "llm/weather"
     assert task(0, "pe_ratio").family == "pe_ratio"
+
+
+def test_grpo_draws_from_the_tasks_without_demos_or_the_families_without_demos():
+    from mcprl.errors import ConfigError
+    from mcprl.training.trainer import without_demo
+
+    def marked(i, family, demo):
+        return SkyRLSample("families/test", [{"role": "user", "content": str(i)}],
+                           {"method": "rule", "ground_truth": {"task_id": f"t{i}"}},
+                           {"family": family, "template": family, "demo": demo})
+
+    tasks = [marked(0, "net_income", False), marked(1, "quote", False), marked(2, "quote", True),
+             marked(3, "net_income", False)]
+    assert [t.task_id for t in without_demo(tasks, "no_demo", ["net_income"])] == ["t0", "t1", "t3"]
+    assert [t.task_id for t in without_demo(tasks, "no_demo_families", ["net_income"])] == ["t0", "t3"]
+    with pytest.raises(ConfigError, match="no training task is without an SFT demo"):
+        without_demo(tasks, "no_demo_families", ["year_high"])

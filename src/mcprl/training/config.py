@@ -207,10 +207,11 @@ class AlgoConfig:
         "stratified", "Order of GRPO's prompts each epoch: stratified (seeded shuffle, then round-robin over task "
                       "families: extra_info.template, else data_source) or shuffle. Embedded trainer; SkyRL's loader "
                       "shuffles.")
-    prompts: Literal["all", "no_demo"] = opt(
-        "no_demo", "GRPO's tasks: all training tasks, or no_demo: those without an SFT demo (data.generate.no_demo_families "
-                   "and the phrasings kept from SFT), where reward is the only teacher; data without demo marks "
-                   "(extra_info.demo: rules, llm, specs) trains on all.")
+    prompts: Literal["all", "no_demo", "no_demo_families"] = opt(
+        "no_demo", "GRPO's tasks: all training tasks; no_demo: those without an SFT demo (data.generate.no_demo_families "
+                   "and the phrasings kept from SFT), where reward is the only teacher; no_demo_families: the tasks of "
+                   "data.generate.no_demo_families only. Data without demo marks (extra_info.demo: rules, llm, specs) "
+                   "trains on all.")
     probe: ProbeConfig = opt(ProbeConfig(), "Which task families GRPO draws prompts from, by the warm start's "
                                             "greedy pass rate on training tasks.")
     guard: GuardConfig = opt(GuardConfig(), "Greedy probes between GRPO steps that put the best weights back "

@@ -26,6 +26,7 @@ from mcprl._skyrl import handle_dynamic_sampling
 from mcprl.data import families, rules
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
 from mcprl.envs.mcp_env import MCPToolEnv
+from mcprl.errors import ConfigError
 from mcprl.eval.metrics import CI_KEY
 from mcprl.eval.run import NATURAL
 from mcprl.training import grpo
@@ -339,17 +340,26 @@ def mixed_stream(focus: Iterator[SkyRLSample], whole: Iterator[SkyRLSample], sha
         n += 1
 
 
+def without_demo(tasks: list[SkyRLSample], prompts: str, families: list[str]) -> list[SkyRLSample]:
+    """The training tasks SFT had no demo of (`no_demo`), or only those of the families without demos
+    (`no_demo_families`: phrasings kept from SFT in the other families left out)."""
+    kept = [t for t in tasks if t.extra_info.get("demo") is False]
+    if prompts == "no_demo_families":
+        kept = [t for t in kept if t.family in set(families)]
+    if not kept:
+        raise ConfigError(f"algo.prompts={prompts}: no training task is without an SFT demo; set "
+                          "data.generate.no_demo_families or algo.prompts=all")
+    return kept
+
+
 def grpo_prompts(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: TrainState,
                  run_dir: Path) -> Iterator[SkyRLSample]:
     """GRPO's prompt stream: every task, or with `algo.probe` the families the warm start fails (probed once,
     before the first step, and kept in the checkpoints so a resumed run draws the same prompts), mixed with
     every task at `algo.probe.share`. Position n is reproducible from (seed, n)."""
     probe, seed, order = cfg.algo.probe, cfg.run.seed, cfg.algo.prompt_order
-    if cfg.algo.prompts == "no_demo" and any("demo" in t.extra_info for t in tasks):
-        tasks = [t for t in tasks if t.extra_info.get("demo") is False]
-        if not tasks:
-            raise ValueError("algo.prompts=no_demo: every training task has an SFT demo; set "
-                             "data.generate.no_demo_families or algo.prompts=all")
+    if cfg.algo.prompts != "all" and any("demo" in t.extra_info for t in tasks):
+        tasks = without_demo(tasks, cfg.algo.prompts, cfg.data.generate.no_demo_families)
     if not probe.per_family:
         return prompt_stream(tasks, seed, order)
     fresh = state.probe is None or state.grpo_step == 0
