@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from mcprl.eval.trajectory import load_trajectories
+from mcprl.rewards.base import STOP_REASONS
 from mcprl.training import trainer
 from mcprl.training.baseline import compare_with_run, equal_time_config, read_plan
 from mcprl.training.callbacks import Callback, CallbackList
@@ -83,8 +84,7 @@ def test_each_grpo_steps_episodes_are_written_and_give_its_reward(trained):
         episodes = load_trajectories(trained.run / "rollouts" / f"grpo_step_{step['step']}.jsonl")
         assert len(episodes) == 4 * step["sample_batches"]
         assert sum(t.reward for t in episodes) / len(episodes) == pytest.approx(step["reward_mean"])
-        assert {t.stop_reason for t in episodes} <= {"answered", "solved", "max_turns", "idle", "error",
-                                                      "context_overflow"}
+        assert {t.stop_reason for t in episodes} <= set(STOP_REASONS)
 
 
 def test_checkpoints_land_under_fixed_names(trained):

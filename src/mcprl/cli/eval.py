@@ -1,4 +1,4 @@
-"""`mcprl eval compare|summarize` and the `mcprl report` command and `mcprl eval run` (wired into the main app by mcprl.cli.main)."""
+"""`mcprl eval run|compare|summarize` and `mcprl report` (wired into the main app by mcprl.cli.main)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
+from mcprl.cli.errors import fail
 from mcprl.eval.compare import compare_dirs
 from mcprl.eval.errors import EvalError
 from mcprl.eval.report import build_report
@@ -19,7 +18,6 @@ from mcprl.eval.results import write_eval_outputs
 from mcprl.eval.trajectory import load_trajectories
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run and analyse evaluations.")
-_err = Console(stderr=True)
 
 
 @contextmanager
@@ -27,8 +25,7 @@ def _one_line_errors() -> Iterator[None]:
     try:
         yield
     except EvalError as err:
-        _err.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        fail(err)
 
 
 @app.command()
@@ -112,5 +109,4 @@ def run_command(
         run_eval(model, data, n=n, temperature=temperature, out=out, config=config, overrides=override,
                  max_tasks=max_tasks, reference=reference)
     except ConfigError as err:
-        Console(stderr=True).print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)
-        raise typer.Exit(2) from None
+        fail(err)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from mcprl.cli import launcher
 from mcprl.cli.data import app as data_app
 from mcprl.cli.envs import app as env_app
+from mcprl.cli.errors import print_error
 from mcprl.cli.eval import app as eval_app
 from mcprl.cli.eval import report_command
 from mcprl.cli.judge import app as judge_app
@@ -50,7 +49,7 @@ def main() -> None:
     try:
         app()
     except McprlError as err:
-        Console(stderr=True).print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True, highlight=False)
+        print_error(err)
         sys.exit(err.exit_code)
 
 

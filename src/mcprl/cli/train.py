@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from mcprl.cli.errors import fail
 from mcprl.errors import ConfigError
 from mcprl.training.callbacks import TrainingHealthError
 from mcprl.training.config import TrainConfig, describe, load_train_config, resolve_rollout_backend
@@ -68,8 +69,7 @@ def train_command(
         else:
             _run_embedded(cfg, dry_run=dry_run, resume=resume, resume_from=resume_from, sft_only=sft_only)
     except ConfigError as err:
-        _err.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True)
-        raise typer.Exit(2) from None
+        fail(err)
     except TrainingHealthError as err:
         _err.print(f"[red]training stopped:[/red] {escape(str(err))}", soft_wrap=True)
         raise typer.Exit(1) from None

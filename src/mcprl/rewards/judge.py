@@ -36,6 +36,7 @@ from mcprl.protocol.parsing import ParsedAction, parse_action
 from mcprl.redact import redact
 from mcprl.rewards.base import NO_REWARD, Reward, Step, StopReason
 from mcprl.rewards.heuristic import (
+    HeuristicReward,
     HeuristicWeights,
     RewardState,
     StepFacts,
@@ -373,17 +374,13 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-class JudgeReward:
+class JudgeReward(HeuristicReward):
     """The LLM judge as a `RewardFn` (registered as `llm_judge`): each step judged, the heuristic on the
-    same weights when the judge fails; no terminal reward."""
+    same weights and episode state when the judge fails; no terminal reward."""
 
     def __init__(self, judge: JudgeConfig | dict[str, Any] | None, weights: HeuristicWeights) -> None:
-        self.judge, self.weights = judge, weights
-        self.gt: dict[str, Any] = {}
-        self.state = RewardState()
-
-    def reset(self, ground_truth: dict[str, Any]) -> None:
-        self.gt, self.state = ground_truth, RewardState()
+        super().__init__(weights)
+        self.judge = judge
 
     def step(self, step: Step) -> Reward:
         return Reward.from_dict(judge_step(step.history, step.action, self.gt, self.judge, state=self.state,

@@ -773,9 +773,10 @@ def _check_algorithm_names(algo: AlgoConfig) -> None:
 
 
 def _check_reward_keys(reward: RewardConfig) -> None:
-    if ":" in reward.fn or reward.fn not in ("heuristic", "llm_judge"):
+    from mcprl.rewards.registry import REWARDS, build_reward
+
+    if reward.fn not in REWARDS:
         from mcprl.rewards.base import RewardSettings
-        from mcprl.rewards.registry import build_reward
 
         build_reward(RewardSettings(reward.fn, reward.weights, reward.judge, reward.options))  # fails here, not mid-run
     if reward.weights:

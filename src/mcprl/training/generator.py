@@ -11,7 +11,6 @@ from transformers import PreTrainedTokenizerBase
 
 from mcprl._skyrl import GeneratorConfig, SkyRLGymConfig, SkyRLGymGenerator, get_vllm_sampling_params
 from mcprl._skyrl import SamplingParams as SkyRLSamplingParams
-
 from mcprl.inference.engine import BatchingEngine, SamplingParams, UnsupportedSampling
 
 
@@ -55,8 +54,8 @@ def make_generator(
     keys (max_generate_length, temperature, top_p, top_k, min_p, logprobs, stop); the engine's
     defaults are set from the same values through SkyRL's own vLLM conversion, so a `GeneratorInput`
     with `sampling_params=None` and one with the trainer's converted params generate alike.
-    `env_config` reaches every `mcp_tool_env` (EnvConfig fields); `on_episode` is called as each episode ends; `generator_options` are further
-    `GeneratorConfig` fields (e.g. `zero_reward_on_non_stop`)."""
+    `env_config` reaches every `mcp_tool_env` (EnvConfig fields); `on_episode` is called as each episode
+    ends; `generator_options` are further `GeneratorConfig` fields (e.g. `zero_reward_on_non_stop`)."""
     try:
         sampling_cfg = SkyRLSamplingParams(**sampling)
     except TypeError as exc:

@@ -345,7 +345,8 @@ def without_demo(tasks: list[SkyRLSample], prompts: str, families: list[str]) ->
     (`no_demo_families`: phrasings kept from SFT in the other families left out)."""
     kept = [t for t in tasks if t.extra_info.get("demo") is False]
     if prompts == "no_demo_families":
-        kept = [t for t in kept if t.family in set(families)]
+        wanted = set(families)
+        kept = [t for t in kept if t.family in wanted]
     if not kept:
         raise ConfigError(f"algo.prompts={prompts}: no training task is without an SFT demo; set "
                           "data.generate.no_demo_families or algo.prompts=all")
