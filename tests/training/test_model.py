@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mcprl.models import devices, model as model_mod
+from mcprl.models import devices, loading as model_mod
 from mcprl.models.loading import (
     DEFAULT_MODEL,
     SOURCE_RECORD,
