@@ -1,0 +1,5 @@
+"""`python -m mcprl.cli ...`: the `mcprl` command."""
+
+from mcprl.cli.main import main
+
+main()
