@@ -1,5 +1,5 @@
 """One GRPO update of the quickstart's full fine-tune, side by side: what the backward pass skips
-(`algo.detach`, as `sft.detach`: nothing, the prompt, or the prompt and the tool results).
+(`experimental.grpo_detach`, as `sft.detach`: nothing, the prompt, or the prompt and the tool results).
 
 The batch has the shape of a quickstart step: 3 groups of 4 multi-turn trajectories (system prompt and
 task, then assistant calls, tool results and the answer; only the assistant tokens trained). The
@@ -34,7 +34,7 @@ def one(detach: str, steps: int) -> dict[str, float]:
 
     from mcprl.data.rules import generate
     from mcprl.training import grpo
-    from mcprl.training.config import AlgoConfig
+    from mcprl.training.config import AlgoConfig, ExperimentalConfig
     from mcprl.models.devices import pick_dtype
     from mcprl.training.logprobs import selected_token_logprobs
     from mcprl.models.loading import load_model
@@ -46,7 +46,7 @@ def one(detach: str, steps: int) -> dict[str, float]:
     bf16 = pick_dtype("cpu") == torch.bfloat16
     demos = [tokenize_conversation(e["messages"], tokenizer, 1024) for e in generate(300, 1, progress=False).experts]
     rng = random.Random(0)
-    algo = AlgoConfig(detach=detach)
+    algo = AlgoConfig()
     config = grpo.skyrl_algorithm_config(algo, 1.0)
     opt = torch.optim.AdamW(model.parameters(), lr=algo.lr, fused=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
@@ -70,7 +70,7 @@ def one(detach: str, steps: int) -> dict[str, float]:
         batch.old_logprobs = grpo.scatter_tokens(own, batch.loss_mask)
         t0 = time.perf_counter()
         metrics = grpo.update(model, batch, config, algo, opt, sched, pad_id=tokenizer.pad_token_id,
-                              temperature=1.0, bf16=bf16)
+                              temperature=1.0, bf16=bf16, experimental=ExperimentalConfig(grpo_detach=detach))
         seconds += time.perf_counter() - t0
         tokens += sum(ends)
         norms.append(metrics["grad_norm"])

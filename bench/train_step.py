@@ -8,7 +8,7 @@ layers (the quickstart's `top_layers` restriction is lifted: both train the same
 Precision (`--dtype`): the same on both sides. `auto` (default) is what `model.dtype: auto` picks:
 bf16 on a CPU with AMX or AVX512-BF16 (fp32 master weights under bf16 autocast: our `dtype: bfloat16`,
 TRL's `bf16=True`), else fp32 (bf16 is emulated and slower there). No gradient checkpointing, no
-KL/reference model, the prompt's backward pass kept (`algo.detach=none`: TRL's gradient is
+KL/reference model, the prompt's backward pass kept (`experimental.grpo_detach=none`: TRL's gradient is
 exact), `torch` intra-op threads = `--threads` on both.
 
 - Ours runs the real pipeline: SkyRL's generator over mcp_tool_env (tool calls executed on the MCP
@@ -86,7 +86,7 @@ def ours(args: argparse.Namespace) -> dict:
         "finetune.gradient_checkpointing=false", f"model.dtype={args.dtype}", f"model.threads={args.threads}",
         f"algo.group_size={args.group}", f"algo.prompts_per_step={args.prompts}",
         f"algo.micro_batch_size={args.micro_batch}", "algo.kl_coef=0.0", "algo.epochs=1", "algo.grad_clip=1.0",
-        "algo.detach=none", f"rollout.max_new_tokens={args.new_tokens}", "rollout.max_turns=1",
+        "experimental.grpo_detach=none", f"rollout.max_new_tokens={args.new_tokens}", "rollout.max_turns=1",
         "rollout.temperature=1.0",
         "logging.wandb.enabled=false"])
     policy = build_policy(cfg)

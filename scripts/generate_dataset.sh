@@ -5,5 +5,5 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 MCPRL="${MCPRL:-$([ -x "$ROOT/.venv/bin/mcprl" ] && echo "$ROOT/.venv/bin/mcprl" || echo mcprl)}"
-exec $MCPRL data generate --method rules --n "${N_SAMPLES:-1000}" --seed "${SEED:-0}" \
+exec $MCPRL data generate rules --n "${N_SAMPLES:-1000}" --seed "${SEED:-0}" \
   --out "$ROOT/data/processed/${NAME:+$NAME.jsonl}" --split "${SPLIT:-train=0.8,val=0.1,test=0.1}" "$@"

@@ -142,3 +142,9 @@ def test_every_command_in_the_guides_parses(page: str) -> None:
         if hasattr(cmd, "list_commands"):
             continue  # a group with options only, e.g. `mcprl eval --help`
         cmd.make_context(args[-1], rest, resilient_parsing=False)
+
+
+def test_the_metric_names_table_is_current() -> None:
+    from mcprl.metric_names import reference
+
+    assert reference() in (DOCS / "metrics.md").read_text(), "docs/metrics.md: regenerate it with reference()"

@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Top to bottom of the flow: a package may import its own modules and the packages of the lines above it.
 # Packages on one line do not import each other.
 LAYERS: list[set[str]] = [
-    {"__init__", "_skyrl", "errors", "episode", "redact", "aio", "protocol"},
+    {"__init__", "_skyrl", "errors", "episode", "redact", "aio", "metric_names", "options", "protocol"},
     {"servers"},
     {"tools"},
     {"models"},

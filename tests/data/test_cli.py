@@ -16,7 +16,7 @@ runner = CliRunner()
 def test_specs_to_split_files_that_validate(tmp_path, servers_yaml):
     specs = write_specs(tmp_path / "specs.jsonl")
     out = tmp_path / "out" / "tasks.jsonl"
-    result = runner.invoke(app, ["generate", "--method", "specs", "--in", str(specs), "--out", str(out),
+    result = runner.invoke(app, ["generate", "specs", "--in", str(specs), "--out", str(out),
                                  "--servers-config", str(servers_yaml), "--split", "train=0.5,test=0.5", "--seed", "1"])
     assert result.exit_code == 0, result.output
     files = sorted(p.name for p in out.parent.iterdir())
@@ -37,7 +37,7 @@ def test_llm_generation_from_env_knobs(tmp_path, servers_yaml, monkeypatch):
         env = {"OPENAI_API_KEY": secret, "OPENAI_BASE_URL": stub.url, "OPENAI_MODEL": "stub-model",
                "N_SAMPLES": "2", "DOMAINS": "fx", "COMPLEXITIES": "medium"}
         out = tmp_path / "llm.jsonl"
-        result = runner.invoke(app, ["generate", "--method", "llm", "--out", str(out), "--servers-config",
+        result = runner.invoke(app, ["generate", "llm", "--out", str(out), "--servers-config",
                                      str(servers_yaml), "--cache-dir", str(tmp_path / "cache")], env=env)
     assert result.exit_code == 0, result.output
     assert len(stub.requests) == 2 and all(b["model"] == "stub-model" for _, b in stub.requests)
@@ -49,12 +49,14 @@ def test_llm_generation_from_env_knobs(tmp_path, servers_yaml, monkeypatch):
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
-    (["--method", "magic", "--out", "x.jsonl"], "unknown --method 'magic'"),
-    (["--method", "specs", "--out", "x.jsonl"], "needs --in FILE"),
-    (["--method", "rules", "--out", "outdir"], "is a directory"),
-    (["--method", "rules", "--out", "x.jsonl", "--split", "train=0.9"], "must sum to 1"),
-    (["--method", "rules", "--out", "x.jsonl", "--recovery", "1.5"], "recovery must be in [0, 1]"),
-    (["--method", "specs", "--in", "missing.jsonl", "--out", "x.txt"], "specs file not found"),
+    (["magic", "--out", "x.jsonl"], "No such command 'magic'"),
+    (["specs", "--out", "x.jsonl"], "Missing option '--in'"),
+    (["rules", "--out", "outdir"], "is a directory"),
+    (["rules", "--out", "x.jsonl", "--split", "train=0.9"], "must sum to 1"),
+    (["rules", "--out", "x.jsonl", "--recovery", "1.5"], "recovery must be in [0, 1]"),
+    (["families", "--out", "x.jsonl", "--style", "xml"], "unknown --style 'xml'"),
+    (["families", "--out", "x.jsonl", "--no-demo", "net_incme"], "net_income"),
+    (["specs", "--in", "missing.jsonl", "--out", "x.txt"], "specs file not found"),
 ])
 def test_generate_errors_are_one_clear_line(args, fragment, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -64,7 +66,7 @@ def test_generate_errors_are_one_clear_line(args, fragment, tmp_path, monkeypatc
 
 def test_rules_generation_split_for_skyrl_validates_against_our_servers(tmp_path):
     out = tmp_path / "processed"
-    result = runner.invoke(app, ["generate", "--method", "rules", "--n", "20", "--seed", "0", "--out", f"{out}/",
+    result = runner.invoke(app, ["generate", "rules", "--n", "20", "--seed", "0", "--out", f"{out}/",
                                  "--split", "train=0.8,val=0.1,test=0.1", "--format", "parquet"])
     assert result.exit_code == 0, result.output
     sizes = {name: len(read_samples(out / f"{name}.parquet")) for name in ("train", "val", "test")}

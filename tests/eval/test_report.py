@@ -122,3 +122,18 @@ def test_guard_probes_join_the_success_chart(tmp_path: Path):
     plain = reward_success(load_run(run)).axes[1]
     assert [line.get_label() for line in plain.lines if line.get_label() == "guard probe (greedy)"] == []
     assert not plain.collections
+
+
+def test_a_run_of_namespaced_rows_reads_like_one_of_flat_rows(tmp_path):
+    """metrics.jsonl holds `rollout/reward_mean`, `sft/loss`, ...; runs written before that hold the short
+    names. The report reads both alike."""
+    from mcprl.metric_names import namespaced
+
+    rows = metrics_rows(n_sft=3, n_grpo=4)
+    for name, written in (("flat", rows), ("namespaced", [namespaced(r) for r in rows])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in written))
+    assert "rollout/reward_mean" in (tmp_path / "namespaced" / "metrics.jsonl").read_text()
+    flat, spaced = load_run(tmp_path / "flat").metrics, load_run(tmp_path / "namespaced").metrics
+    assert sorted(flat.columns) == sorted(spaced.columns)
+    assert flat.equals(spaced[flat.columns])

@@ -246,13 +246,15 @@ def test_config_is_validated():
         JudgeConfig(max_tokens=4)
 
 
-def test_config_reads_endpoint_from_environment(monkeypatch):
+def test_config_reads_endpoint_from_environment_where_it_is_used(monkeypatch):
+    """Unset, the endpoint and model come from the environment of the process that calls the judge (a
+    SkyRL worker's), read when it calls, not when the config was built."""
+    cfg = JudgeConfig()
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("OPENAI_MODEL", "judge-x")
-    cfg = JudgeConfig()
-    assert (cfg.base_url, cfg.model) == ("http://127.0.0.1:9/v1", "judge-x")
+    assert (cfg.endpoint, cfg.model_name) == ("http://127.0.0.1:9/v1", "judge-x") and cfg.base_url is None
     monkeypatch.delenv("OPENAI_MODEL")
-    assert JudgeConfig().model == "gpt-4o-mini"
+    assert cfg.model_name == "gpt-4o-mini" and JudgeConfig(model="m").model_name == "m"
 
 
 def test_judge_step_takes_the_yaml_mapping_and_env_weights(stub):

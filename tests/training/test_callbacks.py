@@ -1,5 +1,6 @@
 """Training callbacks: the run record, the PPO health check, W&B offline without secrets, the console line."""
 
+import dataclasses
 import importlib.util
 import io
 import json
@@ -49,9 +50,10 @@ def test_metrics_jsonl_writes_the_run_record(tmp_path, monkeypatch):
 
     assert load_train_config(tmp_path / "run" / "config.yaml") == cfg
     sft, grpo = read_rows(tmp_path / "run" / "metrics.jsonl")
-    assert sft["step"] == 1 and sft["phase"] == "sft" and sft["sft_loss"] == 2.5 and sft["time_s"] >= 0
-    assert grpo["reward_mean"] is None and grpo["kl"] is None
-    assert grpo["success_rate"] == 0.25 and grpo["episode_len"] == 3 and grpo["clip_frac"] == 0
+    assert sft == {"step": 1, "phase": "sft", "sft/loss": 2.5, "sft/lr": 3e-4, "sft/step_s": sft["sft/step_s"]}
+    assert grpo["rollout/reward_mean"] is None and grpo["update/kl"] is None
+    assert grpo["rollout/success_rate"] == 0.25 and grpo["rollout/episode_len"] == 3 and grpo["update/clip_frac"] == 0
+    assert grpo["time/step_s"] >= 0 and not [k for k in grpo if "/" not in k and k not in ("step", "phase")]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["eval_grpo"] == {"overall": {"success_rate": 0.5}}
     assert SECRET not in (tmp_path / "run" / "summary.json").read_text()
@@ -176,7 +178,8 @@ def test_wandb_offline_run_logs_the_keys_and_no_secret(tmp_path, monkeypatch):
     cfg = TrainConfig()
     cfg.run.name = "wandb-test"
     cfg.logging.wandb.tags = ["smoke", SECRET]
-    cfg.reward.judge = {"api_key": CONFIG_TOKEN, "model": "judge-model"}
+    cfg.reward.judge = dataclasses.replace(cfg.reward.judge, model="judge-model")
+    cfg.reward.options = {"api_key": CONFIG_TOKEN}  # a secret-named key: redacted before W&B sees the config
     run_dir = tmp_path / "run"
     ckpt = run_dir / "checkpoints" / "step_5"
     ckpt.mkdir(parents=True)
@@ -196,8 +199,8 @@ def test_wandb_offline_run_logs_the_keys_and_no_secret(tmp_path, monkeypatch):
     runs = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     record = next(runs[0].glob("run-*.wandb")).read_bytes()
-    for key in (b"episode_reward", b"policy_loss", b"ratio_std", b"tool_success_rate", b"success_rate",
-                b"sft/loss", b"eval/base/success_rate", b"judge-model", b"smoke"):
+    for key in (b"rollout/reward_mean", b"update/policy_loss", b"update/ratio_std", b"rollout/tool_success_rate",
+                b"rollout/success_rate", b"rollout/frac_prompts_with_signal", b"sft/loss", b"sft/lr", b"eval/base/success_rate", b"judge-model", b"smoke"):
         assert key in record, key
     saved = {p.name for p in (runs[0] / "files").rglob("*")}
     assert {"adapter_model.safetensors", "adapter_config.json"} <= saved and "optimizer.pt" not in saved
@@ -205,3 +208,30 @@ def test_wandb_offline_run_logs_the_keys_and_no_secret(tmp_path, monkeypatch):
         if path.is_file():
             data = path.read_bytes()
             assert SECRET.encode() not in data and CONFIG_TOKEN.encode() not in data, path
+
+
+def test_tensorboard_gets_every_key_under_its_namespaced_name(tmp_path, monkeypatch):
+    """The same names as metrics.jsonl and W&B, every key included (the writer is faked: tensorboard is optional)."""
+    import sys
+    import types
+
+    scalars: list[tuple[str, float, int]] = []
+
+    class Writer:
+        def __init__(self, log_dir: str) -> None:
+            self.log_dir = log_dir
+
+        def add_scalar(self, tag: str, value: float, step: int) -> None:
+            scalars.append((tag, value, step))
+
+        def close(self) -> None: ...
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=Writer))
+    cb = TensorboardCallback(tmp_path)
+    cb.on_step(1, {"phase": "sft", "sft_loss": 2.0, "lr": 3e-4})
+    cb.on_step(1, grpo_row(0.02, rollout_s=4.0, adv_abs_mean=0.3, some_new_metric=1.0))
+    tags = {tag for tag, _, _ in scalars}
+    assert tags == {"sft/loss", "sft/lr", "rollout/reward_mean", "update/ratio_mean", "update/ratio_std",
+                    "rollout/frac_prompts_with_signal", "update/policy_loss", "update/kl", "time/rollout_s",
+                    "update/adv_abs_mean", "grpo/some_new_metric"}

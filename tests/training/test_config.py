@@ -17,6 +17,7 @@ from mcprl.training.config import (
     TrainConfig,
     config_reference,
     describe,
+    env_config,
     load_train_config,
     resolve_rollout_backend,
     resolve_wandb_mode,
@@ -56,12 +57,12 @@ def test_gpu_and_cluster_configs_load():
 
 def test_overrides_are_typed_by_the_field():
     cfg = load("algo.lr=1e-5", "run.name=007", "rollout.tool_allowlist=[get_quote, search]",
-               "reward.weights.solved=2", "logging.wandb.enabled=false", "eval.max_tasks=null",
+               "reward.weights.solved=0.95", "logging.wandb.enabled=false", "eval.max_tasks=null",
                "sft.max_steps=3", "finetune.lora.dropout=0")
     assert cfg.algo.lr == pytest.approx(1e-5) and isinstance(cfg.algo.lr, float)
     assert cfg.run.name == "007"
     assert cfg.rollout.tool_allowlist == ["get_quote", "search"]
-    assert cfg.reward.weights == {"solved": 2}
+    assert cfg.reward.weights.solved == 0.95 and cfg.reward.weights.shaping_cap == 0.5
     assert cfg.logging.wandb.enabled is False
     assert cfg.eval.max_tasks is None and cfg.sft.max_steps == 3
     assert cfg.finetune.lora.dropout == 0.0 and isinstance(cfg.finetune.lora.dropout, float)
@@ -93,12 +94,15 @@ def test_later_overrides_win_and_yaml_floats_without_dot_are_numbers(tmp_path):
     ("algo.use_kl_loss=true", "algo.use_kl_loss=true needs algo.kl_coef > 0"),
     ("reward.weights.solvd=1", "unknown config key 'reward.weights.solvd'; did you mean 'reward.weights.solved'?"),
     ("reward.judge.modle=x", "did you mean 'reward.judge.model'?"),
-    ("algo.probe.share=0", "algo.probe.share must be in (0, 1], got 0"),
-    ("algo.guard.every=-1", "algo.guard.every must be >= 0 (0: off), got -1"),
-    ("algo.guard.per_family=0", "algo.guard.per_family must be >= 1, got 0"),
-    ("algo.guard.tolerance=1", "algo.guard.tolerance must be in [0, 1), got 1"),
-    ("algo.negative_weight=1.5", "algo.negative_weight must be in [0, 1], got 1.5"),
-    ("algo.credit=turns", "algo.credit='turns' is not one of: episode, turn; did you mean 'turn'?"),
+    ("reward.weights.solved=2", "reward.weights: solved=2.0 must be in (0, 1]"),
+    ("reward.weights.tool_ok=-1", "reward.weights: reward weight tool_ok=-1.0 must be >= 0"),
+    ("reward.judge.scale=0", "reward.judge: judge scale=0.0 must be in (0, 1]"),
+    ("experimental.probe.share=0", "experimental.probe.share must be in (0, 1], got 0"),
+    ("experimental.guard.every=-1", "experimental.guard.every must be >= 0 (0: off), got -1"),
+    ("experimental.guard.per_family=0", "experimental.guard.per_family must be >= 1, got 0"),
+    ("experimental.guard.tolerance=1", "experimental.guard.tolerance must be in [0, 1), got 1"),
+    ("experimental.negative_weight=1.5", "experimental.negative_weight must be in [0, 1], got 1.5"),
+    ("experimental.credit=turns", "experimental.credit='turns' is not one of: episode, turn; did you mean 'turn'?"),
     ("rollout.temperature=0", "rollout.temperature must be > 0 for GRPO"),
     ("rollout.max_idle_turns=0", "rollout.max_idle_turns must be >= 1 or null, got 0"),
     ("rollout.vllm.max_model_len=1024", "rollout.vllm.max_model_len (1024) must be >= max_input_length"),
@@ -118,9 +122,9 @@ def test_invalid_configs_fail_at_load_with_one_clear_line(override, expected):
 
 
 def test_turn_credit_needs_one_advantage_per_episode():
-    assert load("algo.credit=turn").algo.credit == "turn"
-    with pytest.raises(ConfigError, match="^algo.credit=turn spreads one advantage per episode"):
-        load("algo.credit=turn", "algo.advantage_estimator=reinforce++")
+    assert load("experimental.credit=turn").experimental.credit == "turn"
+    with pytest.raises(ConfigError, match="^experimental.credit=turn spreads one advantage per episode"):
+        load("experimental.credit=turn", "algo.advantage_estimator=reinforce++")
 
 
 def test_lora_fields_are_checked_only_for_lora():
@@ -159,7 +163,8 @@ def test_recipe_directory_errors(tmp_path):
 
 
 def test_save_config_round_trips(tmp_path):
-    cfg = load("algo.lr=2e-5", "rollout.tool_allowlist=[a]", "reward.weights.solved=2.0")
+    cfg = load("algo.lr=2e-5", "rollout.tool_allowlist=[a]", "reward.weights.solved=0.9", "reward.weights.penalty_cap=0.3",
+               "reward.judge.weights.safety=0.5")
     assert load_train_config(save_config(cfg, tmp_path / "config.yaml")) == cfg
 
 
@@ -311,3 +316,27 @@ def test_cli_embedded_engine_refuses_an_impossible_backend_before_training(monke
                                          "-o", "finetune.mode=lora"])
     assert result.exit_code == 2
     assert "rollout.backend=vllm needs vLLM and a GPU" in result.output
+
+
+def test_the_env_gets_only_the_reward_settings_that_differ_from_the_defaults(monkeypatch):
+    """Plain data for SkyRL's workers; an unset judge endpoint is resolved where the env runs, not here."""
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://driver.invalid/v1")
+    monkeypatch.delenv("OPENAI_MODEL", raising=False)
+    cfg = load("reward.fn=llm_judge", "reward.weights.solved=0.95", "reward.judge.scale=0.25")
+    env = env_config(cfg)
+    assert env["reward_weights"] == {"solved": 0.95} and env["judge"] == {"scale": 0.25}
+    assert env_config(load())["reward_weights"] == {} and env_config(load())["judge"] == {}
+    assert "weights: solved=0.95 (the rest default); judge gpt-4o-mini at http://driver.invalid/v1" in describe(cfg)
+
+
+def test_experiment_knobs_moved_to_their_section_and_the_old_keys_still_work(tmp_path):
+    """`algo.probe`, `algo.guard`, ... are under `experimental:` now; the old keys warn and map for one
+    version, in a file (a whole section too) and as overrides."""
+    (tmp_path / "old.yaml").write_text("algo:\n  steps: 3\n  credit: turn\n  probe: {per_family: 2, share: 0.5}\n"
+                                       "experimental: {probe: {share: 0.25}}\n")
+    with pytest.warns(FutureWarning, match="'algo.probe' is now 'experimental.probe'"):
+        cfg = load_train_config(tmp_path / "old.yaml", ["algo.guard.every=2", "algo.detach=prompt"])
+    x = cfg.experimental
+    assert (cfg.algo.steps, x.credit, x.probe.per_family, x.probe.share) == (3, "turn", 2, 0.25)  # the new name wins
+    assert (x.guard.every, x.grpo_detach) == (2, "prompt")
+    assert not hasattr(cfg.algo, "probe") and "| `experimental.guard.every` |" in config_reference()

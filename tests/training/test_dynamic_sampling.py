@@ -80,7 +80,7 @@ def test_replace_copies_informative_groups_over_the_rest():
 @pytest.mark.parametrize("ds", [DynamicSamplingConfig(type=None), DynamicSamplingConfig(type="filter", max_sample_batches=5),
                                 DynamicSamplingConfig(type="replace")])
 def test_each_kept_row_keeps_its_own_env_metrics(ds):
-    """SkyRL's filter drops env_metrics and its replace leaves them stale; algo.credit reads each row's trace."""
+    """SkyRL's filter drops env_metrics and its replace leaves them stale; experimental.credit reads each row's trace."""
     output, uids, *_ = step(["solved-a", "mixed-b", "solved-c", "mixed-e", "mixed-f"], ds)
     assert [m["task"] for m in output["env_metrics"]] == [uid.split(":")[1] for uid in uids]
     assert [m["reward"] for m in output["env_metrics"]] == output["rewards"]

@@ -1,6 +1,6 @@
 """GRPO's update on a tiny model: on-policy ratios of 1, zero-advantage groups skipped, the detached
 prompt giving the same loss and ratios with a gradient that differs only in the prompt's path, and
-`algo.negative_weight` scaling only the advantages below a group's mean, and `algo.credit: turn` training only
+`experimental.negative_weight` scaling only the advantages below a group's mean, and `experimental.credit: turn` training only
 the turns where a group's episodes differed."""
 
 import copy
@@ -10,7 +10,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from mcprl.training import credit, grpo
-from mcprl.training.config import AlgoConfig
+from mcprl.training.config import AlgoConfig, ExperimentalConfig
 from mcprl.training.logprobs import selected_token_logprobs
 
 from .tiny_model import tiny_llama
@@ -34,13 +34,18 @@ def _batch(model: LlamaForCausalLM, rewards: list[float]) -> grpo.GRPOBatch:
     return batch
 
 
-def _update(model: LlamaForCausalLM, batch: grpo.GRPOBatch, **algo_overrides) -> tuple[dict, torch.Tensor]:
-    algo = AlgoConfig(**algo_overrides)
+def _update(model: LlamaForCausalLM, batch: grpo.GRPOBatch, **overrides) -> tuple[dict, torch.Tensor]:
+    """`overrides` of AlgoConfig, or of ExperimentalConfig (detach, negative_weight, credit)."""
+    if "detach" in overrides:
+        overrides["grpo_detach"] = overrides.pop("detach")
+    experimental = ExperimentalConfig(**{k: overrides.pop(k) for k in list(overrides)
+                                         if k in ("grpo_detach", "negative_weight", "credit")})
+    algo = AlgoConfig(**overrides)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
     before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
     metrics = grpo.update(model, batch, grpo.skyrl_algorithm_config(algo, 1.0), algo, opt, sched, pad_id=0,
-                          temperature=1.0, bf16=False)
+                          temperature=1.0, bf16=False, experimental=experimental)
     after = torch.cat([p.detach().flatten() for p in model.parameters()])
     return metrics, before - after  # lr 1 SGD: the step is the clipped gradient
 

@@ -1,4 +1,4 @@
-"""`algo.guard`: greedy probes between GRPO steps; the best probe's checkpoint is kept and comes back on a fall."""
+"""`experimental.guard`: greedy probes between GRPO steps; the best probe's checkpoint is kept and comes back on a fall."""
 
 import json
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mcprl.training.checkpoint import TrainState, latest_checkpoint, read_state, save_checkpoint
-from mcprl.training.config import AlgoConfig, GuardConfig, TrainConfig
+from mcprl.training.config import ExperimentalConfig, GuardConfig, TrainConfig
 from mcprl.training.guard import Guard
 from mcprl.training.trainer import build_guard
 
@@ -131,7 +131,7 @@ def test_a_run_that_starts_from_a_checkpoint_takes_it_as_the_first_best(tmp_path
 
 def test_the_trainer_probes_the_same_seeded_tasks_greedily_every_time(tmp_path):
     rollouts = ProbeRollouts()
-    cfg = TrainConfig(algo=AlgoConfig(guard=GuardConfig(every=1, per_family=2)))
+    cfg = TrainConfig(experimental=ExperimentalConfig(guard=GuardConfig(every=1, per_family=2)))
     cfg.logging.rollouts = False
     assert build_guard(SimpleNamespace(rollouts=rollouts), TrainConfig(), TASKS, TrainState(), tmp_path) is None
     guard = build_guard(SimpleNamespace(rollouts=rollouts), cfg, TASKS, TrainState(phase="grpo"), tmp_path)
@@ -142,7 +142,7 @@ def test_the_trainer_probes_the_same_seeded_tasks_greedily_every_time(tmp_path):
     assert first == second == pytest.approx(sum(t.startswith(("solved", "half")) and
                                                  (t.startswith("solved") or int(t.rsplit("-", 1)[1]) % 2 == 0)
                                                  for t in tasks) / 7)
-    other = TrainConfig(algo=AlgoConfig(guard=GuardConfig(every=1, per_family=2)))
+    other = TrainConfig(experimental=ExperimentalConfig(guard=GuardConfig(every=1, per_family=2)))
     other.run.seed, other.logging.rollouts = 1, False
     build_guard(SimpleNamespace(rollouts=rollouts), other, TASKS, TrainState(phase="grpo"), tmp_path).probe(0)
     assert rollouts.runs[-1][0] != tasks  # another seed, other tasks

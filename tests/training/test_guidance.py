@@ -1,4 +1,4 @@
-"""`algo.expert_guidance`: in a group whose rollouts all failed, the task's demo (replayed through the real env
+"""`experimental.expert_guidance`: in a group whose rollouts all failed, the task's demo (replayed through the real env
 and servers) takes the last rollout's place, and the update trains it at ratio 1 with the group's advantage."""
 
 import copy
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from mcprl.data.rules import generate
+from mcprl.metric_names import short
 from mcprl.training import grpo
 from mcprl.training.checkpoint import TrainState
 from mcprl.training.config import AlgoConfig, DynamicSamplingConfig, env_config, load_train_config
@@ -143,10 +144,10 @@ def test_a_real_run_trains_on_demos_where_the_base_model_fails(tmp_path):
         "data.generate.n_train=6", "data.generate.n_eval=1", f"data.train={data / 'train.jsonl'}",
         f"data.eval={data / 'test.jsonl'}", f"run.output_dir={run}", "sft.enabled=false", "eval.before=false",
         "eval.after_grpo=false", "algo.steps=1", "algo.prompts_per_step=2", "algo.group_size=2",
-        "algo.expert_guidance=true", "rollout.max_new_tokens=24", "logging.wandb.enabled=false",
+        "experimental.expert_guidance=true", "rollout.max_new_tokens=24", "logging.wandb.enabled=false",
         "logging.console_every=0", "model.threads=1"])
     trainer.train(cfg)
-    step, = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"grpo"' in line]
+    step, = [short(json.loads(line)) for line in (run / "metrics.jsonl").read_text().splitlines() if '"grpo"' in line]
     assert step["success_rate"] == 0.0 and step["guided_groups"] == 2 and step["demo_rows"] == 2
     assert math.isfinite(step["policy_loss"]) and step["ratio_mean"] == pytest.approx(1.0, abs=1e-3)
     episodes = load_trajectories(run / "rollouts" / "grpo_step_1.jsonl")

@@ -68,5 +68,5 @@ def test_expert_guidance_needs_the_demos_even_without_sft(tmp_path, generated):
     experts.unlink()
     prepare_data(_config(tmp_path, "sft.enabled=false"))
     assert not experts.exists()  # nothing reads them
-    prepare_data(_config(tmp_path, "sft.enabled=false", "algo.expert_guidance=true"))
+    prepare_data(_config(tmp_path, "sft.enabled=false", "experimental.expert_guidance=true"))
     assert experts.exists()

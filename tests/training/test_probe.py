@@ -1,4 +1,4 @@
-"""`algo.probe`: GRPO's prompts come from the task families the warm start fails on a greedy probe."""
+"""`experimental.probe`: GRPO's prompts come from the task families the warm start fails on a greedy probe."""
 
 from collections import Counter
 from itertools import islice
@@ -8,7 +8,7 @@ import pytest
 
 from mcprl.data.sample import SkyRLSample
 from mcprl.training.checkpoint import TrainState
-from mcprl.training.config import AlgoConfig, ProbeConfig, TrainConfig
+from mcprl.training.config import ExperimentalConfig, ProbeConfig, TrainConfig
 from mcprl.training.rollout import RolloutResult
 from mcprl.training.trainer import grpo_prompts, prompt_stream
 
@@ -45,7 +45,7 @@ class ProbeRollouts:
 def prompts(tmp_path, probe: ProbeConfig, state: TrainState | None = None, seed: int = 0, tasks=TASKS):
     """GRPO's prompt stream as a fresh run (or `state`'s resumed one) builds it, and the probe episodes run."""
     rollouts = ProbeRollouts()
-    cfg = TrainConfig(algo=AlgoConfig(probe=probe))
+    cfg = TrainConfig(experimental=ExperimentalConfig(probe=probe))
     cfg.run.seed = seed
     cfg.logging.rollouts = False  # these records are not full trajectories
     state = state or TrainState(phase="grpo")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mcprl.metric_names import short
 from mcprl.training import trainer
 from mcprl.training.config import load_train_config
 
@@ -24,7 +25,7 @@ def test_quickstart_learns_held_out_multi_turn_tasks(tmp_path: Path) -> None:
     assert final["success_rate"] >= 0.5
     assert final["by_complexity"]["medium"] > 0 and final["by_complexity"]["complex"] > 0  # chains, not lookups
     assert json.loads((run / "summary.json").read_text())["train_seconds"] == summary["train_seconds"]
-    grpo = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
+    grpo = [short(json.loads(line)) for line in (run / "metrics.jsonl").read_text().splitlines()
             if json.loads(line)["phase"] == "grpo"]
     assert len(grpo) == summary["grpo_steps"] and all(math.isfinite(r["policy_loss"]) for r in grpo)
     assert any(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in (run / "report").glob("*.png"))

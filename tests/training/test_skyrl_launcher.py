@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
 from mcprl.envs.config import EnvConfig
 from mcprl.envs.mcp_env import ground_truth
+from mcprl.metric_names import short
 from mcprl.training import skyrl_launcher
 from mcprl.training.config import ConfigError, load_train_config
 from mcprl.training.skyrl_launcher import (
@@ -128,12 +129,12 @@ class CharTokenizer:
 @pytest.mark.parametrize(("overrides", "expected"), [
     (["sft.enabled=true"], "sft.enabled=true: SkyRL's trainer runs GRPO only"),
     (["rollout.backend=hf"], "SkyRL's trainer generates with vLLM only"),
-    (["algo.probe.per_family=2"], "algo.probe.per_family=2: the probe runs in the embedded trainer only"),
-    (["algo.guard.every=2"], "algo.guard.every=2: the guard's probes run in the embedded trainer only"),
-    (["algo.expert_guidance=true"], "algo.expert_guidance=true: demos join failed groups in the embedded trainer only"),
-    (["algo.negative_weight=0.5"], "algo.negative_weight=0.5: negative advantages are scaled in the embedded trainer"),
-    (["algo.credit=turn"], "algo.credit=turn: turn-level credit is computed in the embedded trainer only"),
-    (["algo.detach=context"], "algo.detach=context: the update skips those backward paths in the embedded"),
+    (["experimental.probe.per_family=2"], "experimental.probe.per_family=2 runs in the embedded trainer only"),
+    (["experimental.guard.every=2"], "experimental.guard.every=2 runs in the embedded trainer only"),
+    (["experimental.expert_guidance=true"], "experimental.expert_guidance=true runs in the embedded trainer only"),
+    (["experimental.negative_weight=0.5"], "experimental.negative_weight=0.5 runs in the embedded trainer only"),
+    (["experimental.credit=turn"], "experimental.credit=turn runs in the embedded trainer only"),
+    (["algo.detach=context"], "experimental.grpo_detach=context runs in the embedded trainer only"),  # the old key
     (["finetune.top_layers=10"], "finetune.top_layers=10 with mode full: SkyRL's trainer fine-tunes every weight"),
     (["algo.prompts_per_step=1000"], "data.train has 600 tasks, fewer than algo.prompts_per_step=1000"),
     (["algo.micro_batch_size=5"], "SkyRL rejects the configuration: normalized policy_mini_batch_size_per_gpu 16 "
@@ -186,7 +187,7 @@ def test_run_record_bridge_maps_skyrl_metrics_into_metrics_jsonl(tmp_path):
     bridge.on_log(None, CallbackInput(1, 0, 2, 2, logs=logs), control)
     bridge.on_train_end(None, CallbackInput(2, 0, 2, 2), control)
 
-    (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    (row,) = [short(json.loads(line)) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert {k: row[k] for k in ("step", "phase", "reward_mean", "policy_loss", "clip_frac", "entropy", "lr", "kl",
                                 "tool_success_rate", "success_rate", "episode_len")} == {
         "step": 1, "phase": "grpo", "reward_mean": 0.25, "policy_loss": -0.01, "clip_frac": 0.02, "entropy": 1.5,

@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from mcprl.eval.trajectory import load_trajectories
+from mcprl.metric_names import GRPO_NAMES, PLAIN, short
 from mcprl.rewards.base import STOP_REASONS
 from mcprl.training import trainer
 from mcprl.training.baseline import compare_with_run, equal_time_config, read_plan
@@ -36,7 +37,8 @@ def config(tmp_path, name, *extra):
 
 
 def rows(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    """metrics.jsonl under the trainer's short names (the file holds the namespaced ones)."""
+    return [short(json.loads(line)) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 class CrashAt(Callback):
@@ -77,6 +79,16 @@ def test_every_step_logs_finite_losses_and_timings(trained):
     assert all(math.isfinite(r["sft_loss"]) for r in trained.sft)
     assert all(math.isfinite(r["policy_loss"]) and math.isfinite(r["reward_mean"]) for r in trained.grpo)
     assert all(0 < r["rollout_s"] <= r["time_s"] and r["rollout_tok_s"] > 0 for r in trained.grpo)
+    assert all(r["frac_all_good"] + r["frac_all_bad"] + r["frac_mixed"] == pytest.approx(1) for r in trained.grpo)
+
+
+def test_every_metric_has_one_namespaced_name(trained):
+    """What a GRPO step logs is all in the name table (nothing falls back to `grpo/`), SFT's under `sft/`."""
+    raw = [json.loads(line) for line in (trained.run / "metrics.jsonl").read_text().splitlines()]
+    names = set(GRPO_NAMES.values()) | set(PLAIN)
+    for row in raw:
+        assert set(row) <= names if row["phase"] == "grpo" else all(k in PLAIN or k.startswith("sft/") for k in row)
+    assert {"rollout/reward_mean", "rollout/frac_all_good", "update/ratio_std", "time/rollout_s"} <= set(raw[-1])
 
 
 def test_each_grpo_steps_episodes_are_written_and_give_its_reward(trained):
@@ -161,7 +173,7 @@ def test_guard_ends_on_its_best_probe_and_a_resume_keeps_its_record(tmp_path, mo
     """The guard in the real loop: a greedy probe before GRPO and after each step, decisions that follow the
     scores, the final weights equal to the best probe's checkpoint, and a crash mid-GRPO that resumes to the
     same probes."""
-    guard = ["algo.guard.every=1", "algo.save_every=0", "sft.max_steps=2", "sft.save_every=0", "eval.before=false",
+    guard = ["experimental.guard.every=1", "algo.save_every=0", "sft.max_steps=2", "sft.save_every=0", "eval.before=false",
              "eval.after_sft=false", "eval.after_grpo=false"]
     summary = trainer.train(config(tmp_path, "straight", *guard))
     record, run = summary["grpo_guard"], tmp_path / "straight"

@@ -1,4 +1,4 @@
-"""`mcprl data generate|validate|convert|stats`.
+"""`mcprl data generate families|rules|llm|specs`, `mcprl data natural|validate|convert|stats`.
 
 Imported at `mcprl` start-up, so heavy modules (openai, transformers, torch, the generators) are
 imported inside the commands.
@@ -9,25 +9,41 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+
+from mcprl.cli.errors import fail
+from mcprl.errors import ConfigError, McprlError
 
 if TYPE_CHECKING:
     from mcprl.data.execute import Generated
 
 app = typer.Typer(no_args_is_help=True, help="Generate, validate and convert task datasets.")
+generate_app = typer.Typer(no_args_is_help=True, help="Generate verified tasks and expert demos: one subcommand per "
+                                                      "generator (families, rules, llm, specs).")
+app.add_typer(generate_app, name="generate")
 console = Console(stderr=True)
-METHODS = ("families", "rules", "llm", "specs")
 STYLES = ("hermes", "json")
+FORMATS = ("jsonl", "json", "parquet")
 ConfigOpt = typer.Option(None, "--servers-config", "-c", help="Servers YAML; default: mcprl's five servers (stdio).")
+OutOpt = typer.Option(..., "--out", help="Output .jsonl/.json/.parquet, or a directory with --split.")
+SeedOpt = typer.Option(0, "--seed", help="Fixes generation and the split.")
+SplitOpt = typer.Option(None, "--split", help="e.g. train=0.8,val=0.1,test=0.1")
+FormatOpt = typer.Option(None, "--format", help="jsonl|json|parquet for a directory --out.")
+StyleOpt = typer.Option("hermes", "--style", help="Tool-call style taught by the prompt: hermes | json.")
+ExpertsOpt = typer.Option(None, "--experts", help="Expert trajectories; default <out stem>.experts.jsonl.")
+DroppedOpt = typer.Option(None, "--dropped", help="Dropped tasks and why; default <out stem>.dropped.jsonl.")
+HeldoutOpt = typer.Option(False, "--heldout", help="The held-out companies (families: and phrasings).")
+RecoveryOpt = typer.Option(0.0, "--recovery", help="Share of expert demos that make a slip (a misspelled ticker; "
+                           "families also a missing argument or a date as the user wrote it), get the real error and "
+                           "recover; the slip is not trained.")
+MaxTurnsOpt = typer.Option(8, envvar="MAX_TURNS", help="Cap on a task's turn budget (calls + 2).")
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    console.print(f"[red]error:[/red] {escape(message)}")
-    return typer.Exit(code)
+def _fail(message: str) -> NoReturn:
+    fail(ConfigError(message))
 
 
 def _csv(value: Optional[str]) -> Optional[list[str]]:
@@ -35,80 +51,117 @@ def _csv(value: Optional[str]) -> Optional[list[str]]:
     return items or None
 
 
-@app.command()
-def generate(
-    method: str = typer.Option(..., "--method", "-m", help="families | rules | llm | specs"),
-    out: Path = typer.Option(..., "--out", help="Output .jsonl/.json/.parquet, or a directory with --split."),
-    n: int = typer.Option(100, "--n", envvar="N_SAMPLES", help="Tasks to generate (rules, llm)."),
-    seed: int = typer.Option(0, "--seed", help="Fixes generation and the split."),
-    inp: Optional[Path] = typer.Option(None, "--in", help="specs: the conversation specs JSONL."),
-    split: Optional[str] = typer.Option(None, "--split", help="e.g. train=0.8,val=0.1,test=0.1"),
-    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl|json|parquet for a directory --out."),
-    style: str = typer.Option("hermes", "--style", help="Tool-call style taught by the prompt: hermes | json."),
-    experts: Optional[Path] = typer.Option(None, "--experts",
-                                           help="Expert trajectories; default <out stem>.experts.jsonl."),
-    dropped: Optional[Path] = typer.Option(None, "--dropped",
-                                           help="llm/specs: dropped tasks; default <out stem>.dropped.jsonl."),
-    heldout: bool = typer.Option(False, "--heldout", help="families/rules: the held-out companies (families: and "
-                                                        "phrasings)."),
-    recovery: float = typer.Option(0.0, "--recovery", help="families/rules: share of expert demos that make a slip (a "
-                                   "misspelled ticker; families also a missing argument or a date as the user wrote "
-                                   "it), get the real error and recover; the slip is not trained."),
-    no_demo: Optional[str] = typer.Option(None, "--no-demo", help="families: comma-separated families whose tasks "
-                                                                   "get no expert demos (learned by GRPO alone)."),
-    servers_config: Optional[Path] = ConfigOpt,
-    model: str = typer.Option("gpt-4o-mini", envvar="OPENAI_MODEL", help="llm: model name at the endpoint."),
-    backend: str = typer.Option("chat", envvar="OPENAI_BACKEND", help="llm: chat (chat.completions) | responses."),
-    max_tools: int = typer.Option(4, envvar="MAX_TOOLS", help="llm: most tool calls in one task."),
-    max_turns: int = typer.Option(8, envvar="MAX_TURNS", help="llm/specs: cap on a task's turn budget (calls + 2)."),
-    domains: Optional[str] = typer.Option(None, envvar="DOMAINS", help="llm: servers to use, comma-separated."),
-    complexities: str = typer.Option("simple,medium,complex", envvar="COMPLEXITIES", help="llm: comma-separated."),
-    concurrency: int = typer.Option(4, envvar="LLM_CONCURRENCY", help="llm: requests in flight."),
-    cache_dir: Path = typer.Option(Path(".cache/llm"), help="llm: reply cache (re-runs are free)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="llm: always ask the endpoint."),
-    verify: bool = typer.Option(False, "--verify", help="specs: re-execute calls, drop mismatches."),
-) -> None:
-    """Generate samples (and expert trajectories) with the rule, LLM or specs generator.
-
-    Example: mcprl data generate --method families --n 600 --seed 1 --recovery 0.25 --out data/processed/train.jsonl
-    """
-    from mcprl.data.llm import LLMError
+def _generate(make: Callable[[], Generated], out: Path, *, seed: int, split: Optional[str], fmt: Optional[str],
+              style: str, experts: Optional[Path], dropped: Optional[Path] = None, with_dropped: bool) -> None:
+    """What every generator shares: checks the output options before any work, runs it, writes the files."""
     from mcprl.data.splits import SplitError, is_directory, parse_split
-    from mcprl.tools.errors import ConfigError, ToolError
 
-    if method not in METHODS:
-        raise _fail(f"unknown --method {method!r}; use one of: {', '.join(METHODS)}")
     if style not in STYLES:
-        raise _fail(f"unknown --style {style!r}; use one of: {', '.join(STYLES)}")
-    if fmt is not None and fmt not in ("jsonl", "json", "parquet"):
-        raise _fail(f"unknown --format {fmt!r}; use jsonl, json or parquet")
+        _fail(f"unknown --style {style!r}; use one of: {', '.join(STYLES)}")
+    if fmt is not None and fmt not in FORMATS:
+        _fail(f"unknown --format {fmt!r}; use jsonl, json or parquet")
     try:
         fractions = parse_split(split) if split else None
     except SplitError as e:
-        raise _fail(str(e)) from None
+        _fail(str(e))
     if fractions is None and is_directory(out):
-        raise _fail(f"--out {out} is a directory; give a .jsonl/.json/.parquet file, or add --split")
-    if method == "specs" and inp is None:
-        raise _fail("--method specs needs --in FILE (conversation specs JSONL)")
+        _fail(f"--out {out} is a directory; give a .jsonl/.json/.parquet file, or add --split")
     try:
-        if method == "families":
-            result = _families(n, seed, style, heldout, recovery, tuple(_csv(no_demo) or ()))
-        elif method == "rules":
-            result = _rules(n, seed, style, heldout, recovery)
-        elif method == "llm":
-            result = _llm(n, seed, style, servers_config, model=model, backend=backend, max_tools=max_tools,
-                          max_turns=max_turns, domains=_csv(domains), complexities=_csv(complexities) or [],
-                          concurrency=concurrency, cache_dir=None if no_cache else cache_dir)
-        else:
-            result = _specs(inp, servers_config, verify=verify, style=style, max_turns=max_turns)
+        result = make()
         written = write_outputs(result, out, fractions=fractions, seed=seed, fmt=fmt, experts=experts,
-                                dropped=dropped, with_dropped=method not in ("rules", "families"))
-    except (LLMError, ConfigError, ToolError, ValueError, OSError, ImportError) as e:
-        raise _fail(str(e)) from None
+                                dropped=dropped, with_dropped=with_dropped)
+    except McprlError as e:
+        fail(e)
+    except (ValueError, OSError, ImportError) as e:
+        _fail(str(e))
     for path, count in written:
         console.print(f"wrote {count:>6} rows to {path}")
     if not result.samples:
-        raise _fail("no sample was generated; see the dropped reasons above", 1)
+        fail(McprlError("no sample was generated; see the dropped reasons above"))
+
+
+@generate_app.command("families")
+def generate_families(
+    out: Path = OutOpt,
+    n: int = typer.Option(100, "--n", envvar="N_SAMPLES", help="Tasks to generate (held-out: two per family)."),
+    seed: int = SeedOpt, split: Optional[str] = SplitOpt, fmt: Optional[str] = FormatOpt, style: str = StyleOpt,
+    experts: Optional[Path] = ExpertsOpt, heldout: bool = HeldoutOpt, recovery: float = RecoveryOpt,
+    no_demo: Optional[str] = typer.Option(None, "--no-demo", help="Comma-separated families whose tasks get no "
+                                                                   "expert demos (learned by GRPO alone)."),
+) -> None:
+    """Facts from the tools' own outputs and chains of calls, twelve phrasings per family; no network.
+
+    Example: mcprl data generate families --n 600 --seed 1 --recovery 0.25 --out data/processed/train.jsonl
+    """
+    def make() -> Generated:
+        from mcprl.data.execute import Generated
+        from mcprl.data.families import generate
+
+        output = generate(n, seed, style=style, heldout=heldout, recovery=recovery,
+                          no_demo_families=tuple(_csv(no_demo) or ()))
+        return Generated(list(output.samples), list(output.experts), [])
+
+    _generate(make, out, seed=seed, split=split, fmt=fmt, style=style, experts=experts, with_dropped=False)
+
+
+@generate_app.command("rules")
+def generate_rules(
+    out: Path = OutOpt,
+    n: int = typer.Option(100, "--n", envvar="N_SAMPLES", help="Tasks to generate."),
+    seed: int = SeedOpt, split: Optional[str] = SplitOpt, fmt: Optional[str] = FormatOpt, style: str = StyleOpt,
+    experts: Optional[Path] = ExpertsOpt, heldout: bool = HeldoutOpt, recovery: float = RecoveryOpt,
+) -> None:
+    """The 17 rule templates (the earlier recipe's data); no network.
+
+    Example: mcprl data generate rules --n 500 --seed 1 --out data/processed/ --split train=0.8,val=0.1,test=0.1
+    """
+    _generate(lambda: _rules(n, seed, style, heldout, recovery), out, seed=seed, split=split, fmt=fmt, style=style,
+              experts=experts, with_dropped=False)
+
+
+@generate_app.command("llm")
+def generate_llm_cmd(
+    out: Path = OutOpt,
+    n: int = typer.Option(100, "--n", envvar="N_SAMPLES", help="Tasks to ask for."),
+    seed: int = SeedOpt, split: Optional[str] = SplitOpt, fmt: Optional[str] = FormatOpt, style: str = StyleOpt,
+    experts: Optional[Path] = ExpertsOpt, dropped: Optional[Path] = DroppedOpt,
+    servers_config: Optional[Path] = ConfigOpt,
+    model: str = typer.Option("gpt-4o-mini", envvar="OPENAI_MODEL", help="Model name at the endpoint."),
+    backend: str = typer.Option("chat", envvar="OPENAI_BACKEND", help="chat (chat.completions) | responses."),
+    max_tools: int = typer.Option(4, envvar="MAX_TOOLS", help="Most tool calls in one task."),
+    max_turns: int = MaxTurnsOpt,
+    domains: Optional[str] = typer.Option(None, envvar="DOMAINS", help="Servers to use, comma-separated."),
+    complexities: str = typer.Option("simple,medium,complex", envvar="COMPLEXITIES", help="Comma-separated."),
+    concurrency: int = typer.Option(4, envvar="LLM_CONCURRENCY", help="Requests in flight."),
+    cache_dir: Path = typer.Option(Path(".cache/llm"), help="Reply cache (re-runs are free)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Always ask the endpoint."),
+) -> None:
+    """Tasks proposed by any OpenAI-compatible endpoint, each executed on the servers and kept only if it checks.
+
+    Example: mcprl data generate llm --n 50 --out data/processed/llm.jsonl
+    """
+    _generate(lambda: _llm(n, seed, style, servers_config, model=model, backend=backend, max_tools=max_tools,
+                           max_turns=max_turns, domains=_csv(domains), complexities=_csv(complexities) or [],
+                           concurrency=concurrency, cache_dir=None if no_cache else cache_dir),
+              out, seed=seed, split=split, fmt=fmt, style=style, experts=experts, dropped=dropped, with_dropped=True)
+
+
+@generate_app.command("specs")
+def generate_specs(
+    inp: Path = typer.Option(..., "--in", help="The conversation specs (JSONL)."),
+    out: Path = OutOpt,
+    seed: int = SeedOpt, split: Optional[str] = SplitOpt, fmt: Optional[str] = FormatOpt, style: str = StyleOpt,
+    experts: Optional[Path] = ExpertsOpt, dropped: Optional[Path] = DroppedOpt,
+    servers_config: Optional[Path] = ConfigOpt,
+    verify: bool = typer.Option(False, "--verify", help="Re-execute the calls, drop the mismatches."),
+    max_turns: int = MaxTurnsOpt,
+) -> None:
+    """Your own multi-turn conversations, converted to tasks (and demos) on your servers.
+
+    Example: mcprl data generate specs --in conversations.jsonl --out data/processed/specs.jsonl --verify
+    """
+    _generate(lambda: _specs(inp, servers_config, verify=verify, style=style, max_turns=max_turns), out, seed=seed,
+              split=split, fmt=fmt, style=style, experts=experts, dropped=dropped, with_dropped=True)
 
 
 def _rules(n: int, seed: int, style: str, heldout: bool, recovery: float) -> Generated:
@@ -119,14 +172,6 @@ def _rules(n: int, seed: int, style: str, heldout: bool, recovery: float) -> Gen
     except ImportError as e:
         raise ImportError(f"the rule generator is not available ({e})") from None
     output = rules_generate(n, seed, style=style, heldout=heldout, recovery=recovery)
-    return Generated(list(output.samples), list(output.experts), [])
-
-
-def _families(n: int, seed: int, style: str, heldout: bool, recovery: float, no_demo: tuple[str, ...]) -> Generated:
-    from mcprl.data.execute import Generated
-    from mcprl.data.families import generate
-
-    output = generate(n, seed, style=style, heldout=heldout, recovery=recovery, no_demo_families=no_demo)
     return Generated(list(output.samples), list(output.experts), [])
 
 
@@ -145,7 +190,7 @@ def natural_cmd(
     try:
         samples = build(spec)
     except (NaturalTaskError, ToolError, ValueError, OSError) as e:
-        raise _fail(str(e)) from None
+        _fail(str(e))
     write(samples, out)
     console.print(f"wrote {len(samples):>6} rows to {out} "
                   f"({len({s.extra_info['family'] for s in samples})} families)")
@@ -243,13 +288,12 @@ def validate(
     """
     from mcprl.data.validate import ValidationSetupError, print_report
     from mcprl.data.validate import validate as run_validation
-    from mcprl.errors import ConfigError
 
     try:
         report = run_validation(inp, max_tokens=max_tokens, model=model, servers_config=servers_config,
                                 check_servers=not no_servers)
     except (ValidationSetupError, ConfigError) as e:
-        raise _fail(str(e)) from None
+        _fail(str(e))
     print_report(report, Console())
     raise typer.Exit(0 if report.ok else 1)
 
@@ -269,10 +313,10 @@ def convert(
         detect_format(out)
         rows = list(iter_rows(inp))
     except (ValueError, OSError) as e:
-        raise _fail(str(e)) from None
+        _fail(str(e))
     bad = [f"row {i}: {row}" for i, row in rows if isinstance(row, Exception)]
     if bad:
-        raise _fail(f"{inp} has unreadable rows, nothing written: {'; '.join(bad[:5])}", 1)
+        fail(McprlError(f"{inp} has unreadable rows, nothing written: {'; '.join(bad[:5])}"))
     write_samples([row for _, row in rows], out)  # type: ignore[misc]
     console.print(f"wrote {len(rows)} rows to {out}")
 
@@ -288,5 +332,5 @@ def stats(inp: Path = typer.Option(..., "--in", help="Dataset (.jsonl/.json/.par
     try:
         report = validate_file(inp, max_tokens=None)
     except ValidationSetupError as e:
-        raise _fail(str(e)) from None
+        _fail(str(e))
     print_report(report, Console(), verdict=False)

@@ -1,4 +1,4 @@
-"""Multi-turn conversation specs -> compact samples (`mcprl data generate --method specs --in FILE`).
+"""Multi-turn conversation specs -> compact samples (`mcprl data generate specs --in FILE`).
 
 Input: JSONL (or a JSON list), one spec per line::
 

@@ -34,7 +34,7 @@ def reward_success(run: RunData) -> Figure | str:
 
 
 def _guard_probes(ax: Axes, df: pd.DataFrame) -> None:
-    """algo.guard's greedy probes beside the sampled success: a collapse shows in these first."""
+    """experimental.guard's greedy probes beside the sampled success: a collapse shows in these first."""
     probes = df[["step", "guard_success", "guard_restored"]].dropna(subset=["guard_success"])
     ax.plot(probes["step"], probes["guard_success"], marker="s", ms=4, lw=1.2, color="tab:green",
             label="guard probe (greedy)")

@@ -12,6 +12,7 @@ import pandas as pd
 
 from mcprl.eval.errors import EvalError, RunDirError
 from mcprl.eval.results import load_results
+from mcprl.metric_names import short
 
 EVAL_ORDER = ("base", "sft", "grpo")
 NATURAL = "natural_"  # eval_natural_{base,sft,grpo}/: the natural held-out set (eval.natural), a table of its own
@@ -71,7 +72,7 @@ def load_metrics(path: Path, notes: list[str]) -> pd.DataFrame:
             bad += 1
             continue
         if isinstance(row, dict):
-            rows.append(row)
+            rows.append(short(row))
         else:
             bad += 1
     if bad:

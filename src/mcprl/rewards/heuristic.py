@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcprl.options import opt
 from mcprl.protocol.parsing import ParsedAction, canonical_json, parse_action
 from mcprl.rewards.answers import ABS_TOL, REL_TOL, answer_matches
 from mcprl.rewards.base import NO_REWARD, STEP_MAX, STEP_MIN, Reward, Step, StopReason
@@ -39,29 +40,30 @@ _ERROR_TYPES = ("invalid_arguments", "unknown_tool", "timeout", "server_error", 
 class HeuristicWeights:
     """Every reward weight and threshold of the heuristic (see docs/rewards.md for the table)."""
 
-    tool_allowed: float = 0.2  # the called tool exists and is in the task's allowed list
-    first_call: float = 0.4  # the episode's first call is success.must_call_tool
-    sequence_step: float = 0.2  # the call succeeded and is the next expected tool_sequence step
-    tool_ok: float = 0.1  # the tool returned ok
-    malformed: float = -0.2  # a recognised but unparseable call
-    unknown_tool: float = -0.2  # the tool does not exist
-    disallowed_tool: float = -0.2  # the tool exists but is not in gt["allowed_tools"]
-    timeout: float = -0.2  # the call timed out
-    invalid_arguments: float = -0.3  # the arguments failed the tool's schema (nets negative with tool_allowed)
-    tool_error: float = -0.05  # the tool ran and reported an error
-    server_error: float = 0.0  # the server failed; not the model's fault
-    repeated_call: float = 0.0  # same name and arguments as an earlier call (never earns shaping)
-    no_action: float = -0.05  # prose with neither a call nor an answer
-    solved: float = 1.0  # correct answer, or (answer-free task) every tool_sequence step done
-    wrong_answer: float = -0.3  # an answer that does not match gt["answer"]
-    premature_answer: float = -0.3  # an answer to an answer-free task before its steps are done
-    unanswered: float = -0.8  # the episode ended (max turns) unanswered: <= wrong_answer - shaping_cap (see episode_end)
-    ungrounded_answer: float = -0.3  # a correct answer before the required calls were made ok: = wrong_answer
-    shaping_cap: float = 0.5  # most positive shaping an episode can earn
-    penalty_cap: float = 0.4  # most negative shaping an episode can accumulate
-    require_grounding: bool = True  # a correct answer counts only after must_call tool(s) returned ok
-    rel_tol: float = REL_TOL  # numeric answers: relative tolerance
-    abs_tol: float = ABS_TOL  # numeric answers: absolute tolerance
+    tool_allowed: float = opt(0.2, "The called tool exists and is in the task's allowed list.")
+    first_call: float = opt(0.4, "The episode's first call is success.must_call_tool.")
+    sequence_step: float = opt(0.2, "The call succeeded and is the next expected tool_sequence step.")
+    tool_ok: float = opt(0.1, "The tool returned ok.")
+    malformed: float = opt(-0.2, "A recognised but unparseable call.")
+    unknown_tool: float = opt(-0.2, "The tool does not exist.")
+    disallowed_tool: float = opt(-0.2, "The tool exists but is not in gt['allowed_tools'].")
+    timeout: float = opt(-0.2, "The call timed out.")
+    invalid_arguments: float = opt(-0.3, "The arguments failed the tool's schema (nets negative with tool_allowed).")
+    tool_error: float = opt(-0.05, "The tool ran and reported an error.")
+    server_error: float = opt(0.0, "The server failed; not the model's fault.")
+    repeated_call: float = opt(0.0, "Same name and arguments as an earlier call (never earns shaping).")
+    no_action: float = opt(-0.05, "Prose with neither a call nor an answer.")
+    solved: float = opt(1.0, "Correct answer, or (answer-free task) every tool_sequence step done.")
+    wrong_answer: float = opt(-0.3, "An answer that does not match gt['answer'].")
+    premature_answer: float = opt(-0.3, "An answer to an answer-free task before its steps are done.")
+    unanswered: float = opt(-0.8, "The episode ended (max turns) unanswered: <= wrong_answer - shaping_cap "
+                                  "(see episode_end).")
+    ungrounded_answer: float = opt(-0.3, "A correct answer before the required calls were made ok: = wrong_answer.")
+    shaping_cap: float = opt(0.5, "Most positive shaping an episode can earn.")
+    penalty_cap: float = opt(0.4, "Most negative shaping an episode can accumulate.")
+    require_grounding: bool = opt(True, "A correct answer counts only after must_call tool(s) returned ok.")
+    rel_tol: float = opt(REL_TOL, "Numeric answers: relative tolerance.")
+    abs_tol: float = opt(ABS_TOL, "Numeric answers: absolute tolerance.")
 
     def __post_init__(self) -> None:
         for name in _REWARDS:

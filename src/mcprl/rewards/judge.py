@@ -32,6 +32,7 @@ import openai
 
 from mcprl.aio import shared_loop
 from mcprl.errors import McprlError
+from mcprl.options import opt
 from mcprl.protocol.parsing import ParsedAction, parse_action
 from mcprl.redact import redact
 from mcprl.rewards.base import NO_REWARD, Reward, Step, StopReason
@@ -92,10 +93,10 @@ class JudgeRubric:
 class JudgeWeights:
     """How the judge's scores combine into its total (clipped to [-1, 1])."""
 
-    tool_correct: float = 0.3
-    args_plausible: float = 0.2
-    progress: float = 0.5
-    safety: float = 1.0
+    tool_correct: float = opt(0.3, "Weight of the judge's tool_correct score (0..1).")
+    args_plausible: float = opt(0.2, "Weight of its args_plausible score (0..1).")
+    progress: float = opt(0.5, "Weight of its progress score (-1..1).")
+    safety: float = opt(1.0, "Weight of its safety score (0, or -1 for a harmful call).")
 
     def total(self, scores: dict[str, float]) -> float:
         raw = sum(getattr(self, name) * float(scores[name]) for name in SCORE_FIELDS)
@@ -106,21 +107,33 @@ class JudgeWeights:
 class JudgeConfig:
     """Where and how to call the judge. Secrets come from the environment, never from here."""
 
-    base_url: str | None = field(default_factory=lambda: os.environ.get("OPENAI_BASE_URL") or None)
-    model: str = field(default_factory=lambda: os.environ.get("OPENAI_MODEL") or "gpt-4o-mini")
-    api_key_env: str = "OPENAI_API_KEY"  # name of the env var holding the key ("EMPTY" if unset)
-    timeout: float = 20.0  # seconds per request
-    max_retries: int = 1  # client retries on connection errors, 429 and 5xx
-    max_tokens: int = 96  # scores only
-    temperature: float = 0.0
-    cache_dir: str | Path | None = None  # JSON file per request; None disables the cache
-    weights: JudgeWeights = JudgeWeights()
-    scale: float = 0.5  # judge total -> shaping contribution of the step
-    fallback_weights: HeuristicWeights = HeuristicWeights()  # caps, outcome and fallback weights
-    answer_tag: str = "answer"
-    max_messages: int = 4  # most recent non-system messages sent
-    message_chars: int = 600  # per message
-    result_chars: int = 800  # tool-result snippet
+    base_url: str | None = field(default=None, metadata={
+        "help": "The judge's OpenAI-compatible endpoint; null: $OPENAI_BASE_URL where the reward runs, else OpenAI's."})
+    model: str | None = field(default=None, metadata={
+        "help": "Model name at the endpoint; null: $OPENAI_MODEL where the reward runs, else gpt-4o-mini."})
+    api_key_env: str = opt("OPENAI_API_KEY", "Name of the environment variable holding the key (the key never "
+                                             "appears in a config; 'EMPTY' if unset).")
+    timeout: float = opt(20.0, "Seconds per request.")
+    max_retries: int = opt(1, "Client retries on connection errors, 429 and 5xx.")
+    max_tokens: int = opt(96, "Tokens the judge may reply with (scores only).")
+    temperature: float = opt(0.0, "Sampling temperature of the judge.")
+    cache_dir: str | Path | None = opt(None, "A JSON file per request here, so re-runs are free; null: no cache.")
+    weights: JudgeWeights = opt(JudgeWeights(), "How the judge's scores combine into its total.")
+    scale: float = opt(0.5, "Judge total -> the step's shaping contribution.")
+    fallback_weights: HeuristicWeights = opt(HeuristicWeights(), "Caps, outcome and fallback weights (the heuristic's).")
+    answer_tag: str = opt("answer", "Tag that holds the final answer.")
+    max_messages: int = opt(4, "Most recent non-system messages sent to the judge.")
+    message_chars: int = opt(600, "Characters per message sent.")
+    result_chars: int = opt(800, "Characters of the tool-result snippet sent.")
+
+    @property
+    def endpoint(self) -> str | None:
+        """Resolved where the reward runs (a SkyRL worker has its own environment), not where it is configured."""
+        return self.base_url or os.environ.get("OPENAI_BASE_URL") or None
+
+    @property
+    def model_name(self) -> str:
+        return self.model or os.environ.get("OPENAI_MODEL") or "gpt-4o-mini"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JudgeConfig:
@@ -256,7 +269,7 @@ def build_messages(
 def cache_key(messages: list[dict[str, str]], config: JudgeConfig) -> str:
     """SHA-256 of everything that determines the reply."""
     request = {
-        "model": config.model,
+        "model": config.model_name,
         "messages": messages,
         "max_tokens": config.max_tokens,
         "temperature": config.temperature,
@@ -289,7 +302,7 @@ async def _scores(messages: list[dict[str, str]], config: JudgeConfig) -> tuple[
     client = _client(config)
     reply = await asyncio.wait_for(
         client.chat.completions.create(
-            model=config.model,
+            model=config.model_name,
             messages=messages,
             max_tokens=config.max_tokens,
             temperature=config.temperature,
@@ -315,10 +328,10 @@ def _client(config: JudgeConfig) -> openai.AsyncOpenAI:
     """One client per event loop and endpoint: its connection pool is bound to the loop."""
     per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
     api_key = os.environ.get(config.api_key_env) or "EMPTY"
-    key = (config.base_url, config.api_key_env, api_key, config.timeout, config.max_retries)
+    key = (config.endpoint, config.api_key_env, api_key, config.timeout, config.max_retries)
     if key not in per_loop:
         per_loop[key] = openai.AsyncOpenAI(
-            base_url=config.base_url, api_key=api_key, timeout=config.timeout, max_retries=config.max_retries
+            base_url=config.endpoint, api_key=api_key, timeout=config.timeout, max_retries=config.max_retries
         )
     return per_loop[key]
 

@@ -8,7 +8,9 @@ The trainer calls five hooks and knows nothing of the sinks behind them:
     cbs.on_eval("base", results); cbs.on_checkpoint(step, path)
     cbs.on_train_end(summary)                                          # also after a failure
 
-Metric names are the report's (docs/training.md lists them); SFT rows carry `sft_loss`.
+The trainer's metrics have short names (`reward_mean`); every sink writes them under one namespaced
+name each (`rollout/reward_mean`, `update/ratio_std`, `time/rollout_s`: `mcprl.metric_names`, listed in
+docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -24,20 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from mcprl.errors import ConfigError, McprlError
+from mcprl.metric_names import GRPO_NAMES, namespaced, phase_of
 from mcprl.redact import redact
 from mcprl.training.config import TrainConfig, resolve_wandb_mode, save_config
 
 log = logging.getLogger(__name__)
 
-# Sent to W&B under these names (reward_mean is W&B's `episode_reward`).
-WANDB_STEP_KEYS = {
-    "policy_loss": "policy_loss", "kl": "kl", "ratio_mean": "ratio_mean", "ratio_std": "ratio_std",
-    "clip_frac": "clip_frac", "entropy": "entropy", "lr": "lr", "grad_norm": "grad_norm",
-    "reward_mean": "episode_reward", "reward_std": "episode_reward_std", "episode_len": "episode_len",
-    "tool_success_rate": "tool_success_rate", "tool_timeout_rate": "tool_timeout_rate",
-    "malformed_rate": "malformed_rate", "success_rate": "success_rate",
-    "frac_prompts_with_signal": "frac_prompts_with_signal", "ref_kl": "ref_kl",
-}  # fmt: skip
 # Checkpoint files that are training state, not the model; never uploaded.
 _STATE_PREFIXES = ("optimizer", "scheduler", "rng")
 
@@ -144,7 +138,7 @@ class MetricsJsonlCallback(Callback):
         save_config(cfg, self.run_dir / "config.yaml")
 
     def on_step(self, step: int, metrics: dict[str, Any]) -> None:
-        row = {"step": step, "time_s": round(time.monotonic() - self._t0, 3), **metrics}
+        row = namespaced({"step": step, "time_s": round(time.monotonic() - self._t0, 3), **metrics})
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(_json_safe(row), allow_nan=False) + "\n")
@@ -242,7 +236,7 @@ class ConsoleCallback(Callback):
             self.console.print(self.format_line(step, metrics, seconds), soft_wrap=True)
 
     def format_line(self, step: int, metrics: Mapping[str, Any], seconds: float) -> str:
-        phase = str(metrics.get("phase") or ("sft" if "sft_loss" in metrics else "grpo"))
+        phase = phase_of(metrics)
         parts = [f"[bold]{phase}[/bold] {step}/{self.total_steps.get(phase) or '?'}"]
         loss = "sft_loss" if phase == "sft" else "policy_loss"
         for label, key, spread, fmt in _CONSOLE_FIELDS:
@@ -287,20 +281,15 @@ class WandbCallback(Callback):
         )
         self.run.define_metric("step")
         self.run.define_metric("sft/step")
-        for name in WANDB_STEP_KEYS.values():
-            self.run.define_metric(name, step_metric="step")
+        for namespace in sorted({name.split("/")[0] for name in GRPO_NAMES.values()} | {"grpo"}):
+            self.run.define_metric(f"{namespace}/*", step_metric="step")
         self.run.define_metric("sft/*", step_metric="sft/step")
 
     def on_step(self, step: int, metrics: dict[str, Any]) -> None:
         if self.run is None:
             return
-        if metrics.get("phase") == "sft" or "sft_loss" in metrics:
-            data = {f"sft/{'loss' if k == 'sft_loss' else k}": to_number(v) for k, v in metrics.items()
-                    if k not in ("phase", "step")}
-            data["sft/step"] = step
-        else:
-            data = {WANDB_STEP_KEYS[k]: to_number(v) for k, v in metrics.items() if k in WANDB_STEP_KEYS}
-            data["step"] = step
+        data = {k: to_number(v) for k, v in namespaced(metrics).items() if k not in ("phase", "step")}
+        data["sft/step" if phase_of(metrics) == "sft" else "step"] = step
         self.run.log({k: v for k, v in data.items() if v is not None})
 
     def on_eval(self, name: str, results: dict[str, Any]) -> None:
@@ -327,7 +316,7 @@ class WandbCallback(Callback):
 
 
 class TensorboardCallback(Callback):
-    """TensorBoard event files in RUN_DIR/tensorboard, one tag per metric (`grpo/reward_mean`, `sft/sft_loss`)."""
+    """TensorBoard event files in RUN_DIR/tensorboard, one tag per metric (`rollout/reward_mean`, `sft/loss`)."""
 
     def __init__(self, run_dir: str | Path) -> None:
         if importlib.util.find_spec("tensorboard") is None:
@@ -340,8 +329,7 @@ class TensorboardCallback(Callback):
 
     def on_step(self, step: int, metrics: dict[str, Any]) -> None:
         self._step = step
-        phase = metrics.get("phase") or ("sft" if "sft_loss" in metrics else "grpo")
-        for key, value in flatten_numbers(metrics, str(phase)).items():
+        for key, value in flatten_numbers({k: v for k, v in namespaced(metrics).items() if k != "step"}, "").items():
             self.writer.add_scalar(key, value, step)
 
     def on_eval(self, name: str, results: dict[str, Any]) -> None:

@@ -33,9 +33,9 @@ class TrainState:
     elapsed_s: float = 0.0  # training seconds before this process
     sft_seconds: float | None = None  # training seconds when SFT ended (the pace `--equal-time` matches)
     evals: dict[str, Any] = field(default_factory=dict)  # name -> overall metrics
-    probe: dict[str, float] | None = None  # family -> the warm start's greedy pass rate (algo.probe), once probed
+    probe: dict[str, float] | None = None  # family -> the warm start's greedy pass rate (experimental.probe), once probed
     warm_start: str | None = None  # the checkpoint GRPO began from (None: the base model), the KL reference
-    guard: dict[str, Any] | None = None  # algo.guard: best, best_step, checkpoint (never pruned), probes
+    guard: dict[str, Any] | None = None  # experimental.guard: best, best_step, checkpoint (never pruned), probes
 
     @property
     def tag(self) -> str:

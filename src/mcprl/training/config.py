@@ -26,24 +26,21 @@ import yaml
 from mcprl.data.sample import FORMATS as DATA_FORMATS
 from mcprl.envs.config import EnvConfig
 from mcprl.errors import ConfigError, closest, suggest
+from mcprl.options import opt
+from mcprl.rewards.heuristic import HeuristicWeights
+from mcprl.rewards.base import RewardSettings
+from mcprl.rewards.judge import JudgeConfig
 
 LRSchedule = Literal["constant", "cosine"]  # the schedules `trainer.optimizer_for` implements
 PromptOrder = Literal["shuffle", "stratified"]  # the orders `trainer.prompt_stream` and `sft.batches` implement
 Detach = Literal["none", "prompt", "context"]  # what `selected_token_logprobs` can leave out of the backward pass
 
 # Sections of the recipe layout: each file holds its own sections plus, optionally, the shared ones.
-RECIPE_FILES = {"model.yaml": ("model", "finetune"), "algo_grpo.yaml": ("algo", "sft"),
+RECIPE_FILES = {"model.yaml": ("model", "finetune"), "algo_grpo.yaml": ("algo", "sft", "experimental"),
                 "rollout.yaml": ("rollout", "reward")}
 SHARED_SECTIONS = ("run", "data", "eval", "logging", "skyrl")
 # Estimators that need a learned value function; mcprl configures none.
 CRITIC_ESTIMATORS = ("gae",)
-
-
-def opt(default: Any, help: str) -> Any:  # noqa: A002 - `help` reads best in the field declarations
-    """A dataclass field with a one-line help text; mutable defaults are copied per instance."""
-    if isinstance(default, (list, dict)) or is_dataclass(default):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
 
 
 @dataclass
@@ -93,7 +90,7 @@ NATURAL_SET = "data/heldout/natural.jsonl"  # in the repository; a run elsewhere
 @dataclass
 class DataGenerateConfig:
     method: Literal["families", "rules", "llm", "specs"] = opt(
-        "families", "How missing datasets are generated (`mcprl data generate --method`): families (facts from the "
+        "families", "How missing datasets are generated (`mcprl data generate METHOD`): families (facts from the "
                     "tools' outputs, 12 phrasings each, companies named as people name them) or rules (17 templates) "
                     "need no network.")
     n_train: int = opt(600, "Training tasks to generate.")
@@ -212,20 +209,9 @@ class AlgoConfig:
                    "and the phrasings kept from SFT), where reward is the only teacher; no_demo_families: the tasks of "
                    "data.generate.no_demo_families only. Data without demo marks (extra_info.demo: rules, llm, specs) "
                    "trains on all.")
-    probe: ProbeConfig = opt(ProbeConfig(), "Which task families GRPO draws prompts from, by the warm start's "
-                                            "greedy pass rate on training tasks.")
-    guard: GuardConfig = opt(GuardConfig(), "Greedy probes between GRPO steps that put the best weights back "
-                                            "when success falls.")
-    expert_guidance: bool = opt(
-        False, "Replace one rollout of each group whose rollouts all failed by the task's expert demo (data.experts, "
-               "replayed through the env), LUFFY-style: its tokens train at ratio 1 with the group's advantage. "
-               "Embedded trainer.")
     steps: int = opt(8, "GRPO steps.")
     epochs: int = opt(1, "PPO epochs over each step's batch.")
     micro_batch_size: int = opt(2, "Rollouts per forward/backward pass (gradients accumulate).")
-    detach: Detach = opt(
-        "none", "As sft.detach, in GRPO's update: the same logprobs and ratios, a gradient without the prompt's "
-                "(prompt: 1.24x faster updates) or the prompt's and tool results' paths (context); none: exact.")
     lr: float = opt(1e-5, "Learning rate (a full fine-tune; LoRA wants about 1e-4).")
     weight_decay: float = opt(0.0, "AdamW weight decay.")
     grad_clip: float = opt(1.0, "Max gradient norm.")
@@ -237,6 +223,28 @@ class AlgoConfig:
     use_kl_loss: bool = opt(False, "KL as a loss term (true) or as a penalty subtracted from the reward (false).")
     kl_estimator: Literal["k1", "k2", "k3", "abs"] = opt("k3", "KL estimator (see joschu.net/blog/kl-approx).")
     grpo_norm_by_std: bool = opt(True, "Divide group-relative advantages by the group's reward std.")
+    save_every: int = opt(5, "Checkpoint every N GRPO steps (0: only at the end).")
+    lr_scheduler: LRSchedule = opt("constant", "Learning-rate schedule after warm-up.")
+    warmup_steps: int = opt(2, "Linear warm-up steps: a full fine-tune's first AdamW step moves every weight by ~lr.")
+    health_patience: int = opt(3, "Stop after this many GRPO steps with zero ratio std despite signal (0: never).")
+    dynamic_sampling: DynamicSamplingConfig = opt(
+        DynamicSamplingConfig(), "Resample prompts whose group has no reward variance (no GRPO gradient).")
+
+
+@dataclass
+class ExperimentalConfig:
+    """Off-by-default knobs of the embedded trainer that measurement has kept out of the recipe so far;
+    each has its page in docs/experiments/. They moved here from `algo` (the old keys still work, with a
+    warning, for one version)."""
+
+    probe: ProbeConfig = opt(ProbeConfig(), "Which task families GRPO draws prompts from, by the warm start's "
+                                            "greedy pass rate on training tasks.")
+    guard: GuardConfig = opt(GuardConfig(), "Greedy probes between GRPO steps that put the best weights back "
+                                            "when success falls.")
+    expert_guidance: bool = opt(
+        False, "Replace one rollout of each group whose rollouts all failed by the task's expert demo (data.experts, "
+               "replayed through the env), LUFFY-style: its tokens train at ratio 1 with the group's advantage. "
+               "Embedded trainer.")
     negative_weight: float = opt(
         1.0, "Scale of negative advantages after the estimator (1: plain GRPO; 0: only episodes above their group's "
              "mean train). A failing multi-turn episode's correct calls share its negative advantage, which can teach "
@@ -245,12 +253,9 @@ class AlgoConfig:
         "episode", "Where an episode's advantage goes: every token (episode: plain GRPO) or the turns where the "
                    "group's episodes took different actions, as Q(s, a) - V(s) over the group (turn: GiGPO-style; "
                    "needs an outcome estimator). Embedded trainer.")
-    save_every: int = opt(5, "Checkpoint every N GRPO steps (0: only at the end).")
-    lr_scheduler: LRSchedule = opt("constant", "Learning-rate schedule after warm-up.")
-    warmup_steps: int = opt(2, "Linear warm-up steps: a full fine-tune's first AdamW step moves every weight by ~lr.")
-    health_patience: int = opt(3, "Stop after this many GRPO steps with zero ratio std despite signal (0: never).")
-    dynamic_sampling: DynamicSamplingConfig = opt(
-        DynamicSamplingConfig(), "Resample prompts whose group has no reward variance (no GRPO gradient).")
+    grpo_detach: Detach = opt(
+        "none", "As sft.detach, in GRPO's update: the same logprobs and ratios, a gradient without the prompt's "
+                "(prompt: 1.24x faster updates) or the prompt's and tool results' paths (context); none: exact.")
 
 
 @dataclass
@@ -292,8 +297,10 @@ class RolloutConfig:
 class RewardConfig:
     fn: str = opt("heuristic", "Per-step reward: heuristic (rules), llm_judge, or your class as 'module:Class' "
                   "(a RewardFn, docs/rewards.md).")
-    weights: dict[str, Any] = opt({}, "Overrides of HeuristicWeights fields (docs/rewards.md).")
-    judge: dict[str, Any] = opt({}, "JudgeConfig fields (model, base_url, ...); keys come from the environment.")
+    weights: HeuristicWeights = opt(HeuristicWeights(), "The heuristic's weights and caps (docs/rewards.md); "
+                                                        "llm_judge uses them for the outcome and its fallback.")
+    judge: JudgeConfig = opt(JudgeConfig(), "The LLM judge (reward.fn: llm_judge); its key comes from the "
+                                            "environment variable api_key_env names.")
     options: dict[str, Any] = opt({}, "Keyword arguments of a 'module:Class' reward.fn.")
 
 
@@ -353,6 +360,7 @@ class TrainConfig:
     eval: EvalConfig = opt(EvalConfig(), "Evaluations around training.")
     logging: LoggingConfig = opt(LoggingConfig(), "Metrics and experiment tracking.")
     skyrl: SkyRLConfig = opt(SkyRLConfig(), "SkyRL's distributed trainer only (engine skyrl).")
+    experimental: ExperimentalConfig = opt(ExperimentalConfig(), "Off-by-default knobs under measurement.")
 
     @property
     def num_envs(self) -> int:
@@ -485,7 +493,10 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
             raise ConfigError(_unknown_key(_join(prefix, str(key)), str(key), hints))
     kwargs = {f.name: _coerce(hints[f.name], data[f.name], _join(prefix, f.name)) for f in fields(cls)
               if f.name in data}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as err:  # a section's own check (HeuristicWeights, JudgeConfig)
+        raise ConfigError(f"{prefix or 'config'}: {err}") from None
 
 
 def _coerce(tp: Any, value: Any, where: str) -> Any:
@@ -576,17 +587,23 @@ def _join(prefix: str, key: str) -> str:
 
 
 MOVED_KEYS = {"finetune.lora.top_layers": "finetune.top_layers", "sft.detach_prompt": "sft.detach",
-              "algo.detach_prompt": "algo.detach"}
-# Renamed in this version: the old name still works, with a warning, until the next one.
-RENAMED_KEYS = {"reward.backend": "reward.fn"}
+              "algo.detach_prompt": "experimental.grpo_detach"}
+# Renamed in this version: the old name (or section) still works, with a warning, until the next one.
+RENAMED_KEYS = {"reward.backend": "reward.fn", "algo.probe": "experimental.probe", "algo.guard": "experimental.guard",
+                "algo.expert_guidance": "experimental.expert_guidance",
+                "algo.negative_weight": "experimental.negative_weight", "algo.credit": "experimental.credit",
+                "algo.detach": "experimental.grpo_detach"}
 
 
 def _renamed(key: str) -> str:
-    new = RENAMED_KEYS.get(key)
-    if new is not None:
-        warnings.warn(f"config key '{key}' is now '{new}'; the old name stops working in the next version",
-                      FutureWarning, stacklevel=4)
-    return new or key
+    """The key's current name; a key below a renamed section (`algo.probe.share`) moves with it."""
+    old = next((o for o in RENAMED_KEYS if key == o or key.startswith(o + ".")), None)
+    if old is None:
+        return key
+    new = RENAMED_KEYS[old] + key[len(old):]
+    warnings.warn(f"config key '{key}' is now '{new}'; the old name stops working in the next version",
+                  FutureWarning, stacklevel=4)
+    return new
 
 
 def _move_renamed(raw: dict[str, Any]) -> None:
@@ -602,7 +619,9 @@ def _move_renamed(raw: dict[str, Any]) -> None:
             target = raw
             for part in new_parents:
                 target = target.setdefault(part, {})
-            target.setdefault(new_last, value)
+            if isinstance(value, dict) and isinstance(target.get(new_last), dict):
+                value = {**value, **target[new_last]}
+            target[new_last] = target.get(new_last, value) if not isinstance(value, dict) else value
 
 
 def _unknown_key(where: str, key: str, known: typing.Iterable[str]) -> str:
@@ -651,11 +670,11 @@ def validate(cfg: TrainConfig) -> None:
         if not ok:
             raise ConfigError(message)
     _check_algorithm_names(cfg.algo)
-    _check_reward_keys(cfg.reward)
+    _check_reward(cfg.reward)
 
 
 def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
-    a, r, s, lora = cfg.algo, cfg.rollout, cfg.sft, cfg.finetune.lora
+    a, r, s, lora, x = cfg.algo, cfg.rollout, cfg.sft, cfg.finetune.lora, cfg.experimental
     return [
         (cfg.model.threads >= 1, f"model.threads must be >= 1, got {cfg.model.threads}"),
         (cfg.finetune.mode == "full" or lora.r >= 1, f"finetune.lora.r must be >= 1 for mode lora, got {lora.r}"),
@@ -686,20 +705,20 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
          f"use grpo, rloo, reinforce++ or maxrl"),
         (a.prompts_per_step >= 1, f"algo.prompts_per_step must be >= 1, got {a.prompts_per_step}"),
         (a.steps >= 1, f"algo.steps must be >= 1, got {a.steps} (use --sft-only to skip GRPO)"),
-        (a.probe.per_family >= 0, f"algo.probe.per_family must be >= 0 (0: off), got {a.probe.per_family}"),
-        (0 < a.probe.keep_below <= 1, f"algo.probe.keep_below must be in (0, 1], got {a.probe.keep_below}"),
-        (0 < a.probe.share <= 1, f"algo.probe.share must be in (0, 1], got {a.probe.share}"),
-        (a.guard.every >= 0, f"algo.guard.every must be >= 0 (0: off), got {a.guard.every}"),
-        (a.guard.per_family >= 1, f"algo.guard.per_family must be >= 1, got {a.guard.per_family}"),
-        (0 <= a.guard.tolerance < 1, f"algo.guard.tolerance must be in [0, 1), got {a.guard.tolerance}"),
+        (x.probe.per_family >= 0, f"experimental.probe.per_family must be >= 0 (0: off), got {x.probe.per_family}"),
+        (0 < x.probe.keep_below <= 1, f"experimental.probe.keep_below must be in (0, 1], got {x.probe.keep_below}"),
+        (0 < x.probe.share <= 1, f"experimental.probe.share must be in (0, 1], got {x.probe.share}"),
+        (x.guard.every >= 0, f"experimental.guard.every must be >= 0 (0: off), got {x.guard.every}"),
+        (x.guard.per_family >= 1, f"experimental.guard.per_family must be >= 1, got {x.guard.per_family}"),
+        (0 <= x.guard.tolerance < 1, f"experimental.guard.tolerance must be in [0, 1), got {x.guard.tolerance}"),
         (a.epochs >= 1, f"algo.epochs must be >= 1, got {a.epochs}"),
         (a.micro_batch_size >= 1, f"algo.micro_batch_size must be >= 1, got {a.micro_batch_size}"),
         (a.lr > 0, f"algo.lr must be positive, got {a.lr}"),
         (a.weight_decay >= 0, f"algo.weight_decay must be >= 0, got {a.weight_decay}"),
         (a.grad_clip > 0, f"algo.grad_clip must be positive, got {a.grad_clip}"),
-        (0 <= a.negative_weight <= 1, f"algo.negative_weight must be in [0, 1], got {a.negative_weight}"),
-        (a.credit == "episode" or a.advantage_estimator not in ("gae", "reinforce++"),
-         f"algo.credit=turn spreads one advantage per episode over its turns; advantage_estimator "
+        (0 <= x.negative_weight <= 1, f"experimental.negative_weight must be in [0, 1], got {x.negative_weight}"),
+        (x.credit == "episode" or a.advantage_estimator not in ("gae", "reinforce++"),
+         f"experimental.credit=turn spreads one advantage per episode over its turns; advantage_estimator "
          f"{a.advantage_estimator} gives per-token values: use grpo, rloo or maxrl"),
         (a.eps_clip_low > 0 and a.eps_clip_high > 0, "algo.eps_clip_low and eps_clip_high must be positive"),
         (a.eps_clip_low < 1, f"algo.eps_clip_low must be < 1 (ratios clip at 1 - eps_clip_low), got {a.eps_clip_low}"),
@@ -772,28 +791,24 @@ def _check_algorithm_names(algo: AlgoConfig) -> None:
                               f"available: {', '.join(available)}")
 
 
-def _check_reward_keys(reward: RewardConfig) -> None:
+def _check_reward(reward: RewardConfig) -> None:
+    """A custom `module:Class` reward is built once here, so a wrong name fails at load, not mid-run."""
     from mcprl.rewards.registry import REWARDS, build_reward
 
     if reward.fn not in REWARDS:
-        from mcprl.rewards.base import RewardSettings
-
-        build_reward(RewardSettings(reward.fn, reward.weights, reward.judge, reward.options))  # fails here, not mid-run
-    if reward.weights:
-        from mcprl.rewards.heuristic import HeuristicWeights
-
-        _check_keys("reward.weights", reward.weights, HeuristicWeights)
-    if reward.judge:
-        from mcprl.rewards.judge import JudgeConfig
-
-        _check_keys("reward.judge", reward.judge, JudgeConfig)
+        build_reward(reward_settings(reward))
 
 
-def _check_keys(where: str, data: dict[str, Any], cls: type) -> None:
-    known = [f.name for f in fields(cls)]
-    for key in data:
-        if key not in known:
-            raise ConfigError(_unknown_key(f"{where}.{key}", key, known))
+def reward_settings(reward: RewardConfig) -> RewardSettings:
+    """What the env builds its reward from: plain data (it travels to SkyRL's workers), holding only the
+    settings that differ from the defaults, so the judge's endpoint still comes from where the env runs."""
+    return RewardSettings(reward.fn, _changed(reward.weights, HeuristicWeights()), _changed(reward.judge, JudgeConfig()),
+                          dict(reward.options))
+
+
+def _changed(value: Any, default: Any) -> dict[str, Any]:
+    ours, theirs = asdict(value), asdict(default)
+    return {k: v for k, v in ours.items() if v != theirs[k]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -886,7 +901,7 @@ def has_wandb_credentials() -> bool:
 
 def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded", sft_only: bool = False) -> str:
     """What a run would do, for `mcprl train --dry-run`; loads no model."""
-    ft, a, r = cfg.finetune, cfg.algo, cfg.rollout
+    ft, a, r, x = cfg.finetune, cfg.algo, cfg.rollout, cfg.experimental
     if engine == "skyrl":
         backend, why = "vllm", "SkyRL's trainer always generates with vLLM"
     else:
@@ -906,12 +921,12 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
                   else f", {detached} without gradient")
     sft = (f"on: {length}{cap}, lr {cfg.sft.lr} ({cfg.sft.lr_scheduler}), batch {cfg.sft.batch_size}{prompt}, "
            f"demos {_exists(cfg.data.experts_path())}") if cfg.sft.enabled else "off"
-    mixed = f", {a.probe.share:.0%} of prompts" if a.probe.share < 1 else ""
-    probe = (f", families the warm start fails: {a.probe.per_family} probe(s) each, kept below "
-             f"{a.probe.keep_below:g}{mixed}" if a.probe.per_family else "")
-    guidance = ", expert demos in failed groups" if a.expert_guidance else ""
-    guard = (f", best of greedy probes every {a.guard.every} steps ({a.guard.per_family}/family)"
-             if a.guard.every else "")
+    mixed = f", {x.probe.share:.0%} of prompts" if x.probe.share < 1 else ""
+    probe = (f", families the warm start fails: {x.probe.per_family} probe(s) each, kept below "
+             f"{x.probe.keep_below:g}{mixed}" if x.probe.per_family else "")
+    guidance = ", expert demos in failed groups" if x.expert_guidance else ""
+    guard = (f", best of greedy probes every {x.guard.every} steps ({x.guard.per_family}/family)"
+             if x.guard.every else "")
     ds = a.dynamic_sampling
     sampling = f"dynamic sampling {ds.type} (<= {ds.max_sample_batches} batches/step)" if ds.type else "no dynamic sampling"
     wandb = _wandb_line(cfg.logging.wandb)
@@ -929,13 +944,25 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
         f"T={r.temperature}",
         f"algorithm:  {algorithm}",
         f"sft:        {sft}",
-        f"reward:     {cfg.reward.fn}",
+        f"reward:     {_reward_line(cfg.reward)}",
         f"data:       train {_exists(Path(cfg.data.train))}, eval {_exists(Path(cfg.data.eval))}"
         + (" (regenerate)" if cfg.data.regenerate else ""),
         f"tools:      {r.servers_config or 'mcprl servers (stdio)'}, timeout {r.tool_timeout_s}s",
         f"logging:    metrics.jsonl, W&B {wandb}, tensorboard {'on' if cfg.logging.tensorboard else 'off'}",
     ]
     return "\n".join(lines)
+
+
+def _reward_line(reward: RewardConfig) -> str:
+    settings = reward_settings(reward)
+    changed = ", ".join(f"{k}={v}" for k, v in settings.weights.items())
+    line = f"{reward.fn}, weights: " + (f"{changed} (the rest default)" if changed else "the defaults")
+    if reward.fn == "llm_judge":
+        j = reward.judge
+        line += f"; judge {j.model_name} at {j.endpoint or 'OpenAI'}, key from ${j.api_key_env}, scale {j.scale}"
+    if settings.options:
+        line += f"; options {settings.options}"
+    return line
 
 
 def _exists(path: Path) -> str:
@@ -978,12 +1005,12 @@ def _yaml_value(value: Any) -> str:
 def env_config(cfg: TrainConfig, *, absolute_paths: bool = False) -> dict[str, Any]:
     """The env's settings (`mcprl.envs.config.EnvConfig` fields) from a training config; one mapping for
     the embedded trainer and SkyRL's workers (which start elsewhere, hence `absolute_paths`)."""
-    r = cfg.rollout
+    r, settings = cfg.rollout, reward_settings(cfg.reward)
     servers = r.servers_config
     if servers and absolute_paths:
         servers = str(Path(servers).resolve())
     return {"servers_config": servers, "tool_timeout_s": r.tool_timeout_s, "tool_retries": r.tool_retries,
             "tool_allowlist": r.tool_allowlist, "observation_role": r.observation_role, "max_turns": r.max_turns,
             "max_idle_turns": r.max_idle_turns,
-            "reward_fn": cfg.reward.fn, "reward_weights": dict(cfg.reward.weights),
-            "judge": dict(cfg.reward.judge), "reward_options": dict(cfg.reward.options)}
+            "reward_fn": settings.fn, "reward_weights": settings.weights, "judge": settings.judge,
+            "reward_options": settings.options}

@@ -85,7 +85,7 @@ def turn_advantages(adv: torch.Tensor, mask: torch.Tensor, groups: Sequence[Hash
     for i in range(adv.shape[0]):
         row = adv[i][mask[i].bool()]
         if row.numel() and float(row.max() - row.min()) > 1e-6:
-            raise ValueError("algo.credit=turn spreads one advantage per episode over its turns, but the advantage "
+            raise ValueError("experimental.credit=turn spreads one advantage per episode over its turns, but the advantage "
                              "estimator gave per-token values; use an outcome estimator (grpo, rloo, maxrl)")
         values.append(float(row[0]) if row.numel() else 0.0)
     spans = [turn_spans(mask[i]) for i in range(adv.shape[0])]

@@ -24,7 +24,7 @@ from mcprl._skyrl import (
     compute_advantages_and_returns,
     compute_approx_kl,
 )
-from mcprl.training.config import AlgoConfig
+from mcprl.training.config import AlgoConfig, ExperimentalConfig
 from mcprl.training.credit import Key, episode_keys, turn_advantages
 from mcprl.training.logprobs import selected_token_logprobs
 
@@ -39,7 +39,7 @@ class GRPOBatch:
     old_logprobs: torch.Tensor  # [B, R] behaviour-policy logprobs (the rollout engine's; NaN: unknown, a demo)
     token_rewards: torch.Tensor  # [B, R] step rewards on the last token of each turn
     group_ids: list[str]
-    turn_actions: list[list[Key] | None] = field(default_factory=list)  # per row, its turns' actions (algo.credit)
+    turn_actions: list[list[Key] | None] = field(default_factory=list)  # per row, its turns' actions (experimental.credit)
 
     @property
     def size(self) -> int:
@@ -88,8 +88,8 @@ def build_batch(output: dict[str, Any], group_ids: list[str]) -> GRPOBatch:
 def advantages(batch: GRPOBatch, config: AlgorithmConfig, *, negative_weight: float = 1.0,
                credit: str = "episode") -> tuple[torch.Tensor, int]:
     """SkyRL's estimator, moved onto the turns that made the difference when `credit` is "turn"
-    (algo.credit, mcprl.training.credit), then negative advantages scaled by `negative_weight`
-    (algo.negative_weight). Returns them and how many rows kept an episode advantage under turn credit."""
+    (experimental.credit, mcprl.training.credit), then negative advantages scaled by `negative_weight`
+    (experimental.negative_weight). Returns them and how many rows kept an episode advantage under turn credit."""
     index = np.array(batch.group_ids, dtype=object)
     adv, _ = compute_advantages_and_returns(
         token_level_rewards=batch.token_rewards, response_mask=batch.loss_mask, index=index,
@@ -161,8 +161,11 @@ def fill_unknown_behaviour(model: PreTrainedModel, batch: GRPOBatch, pad_id: int
 
 def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, algo: AlgoConfig,
            optimizer: torch.optim.Optimizer, scheduler: Any, *, pad_id: int, temperature: float, bf16: bool,
-           ref_model: PreTrainedModel | None = None) -> dict[str, float]:
-    """Advantages, then `algo.epochs` passes of micro-batched forward/backward with one optimizer step each."""
+           ref_model: PreTrainedModel | None = None,
+           experimental: ExperimentalConfig | None = None) -> dict[str, float]:
+    """Advantages, then `algo.epochs` passes of micro-batched forward/backward with one optimizer step each;
+    `experimental` knobs (negative_weight, credit, grpo_detach) change it only when set."""
+    experimental = experimental or ExperimentalConfig()
     use_kl = algo.kl_coef > 0
     all_rows = list(range(batch.size))
     demos = fill_unknown_behaviour(model, batch, pad_id, temperature=temperature, bf16=bf16,
@@ -176,7 +179,7 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
         metrics["ref_kl"] = float((kl * batch.loss_mask).sum() / total_tokens)
         if config.use_kl_in_reward:
             batch.token_rewards = batch.token_rewards - algo.kl_coef * kl
-    adv, kept = advantages(batch, config, negative_weight=algo.negative_weight, credit=algo.credit)
+    adv, kept = advantages(batch, config, negative_weight=experimental.negative_weight, credit=experimental.credit)
     boundaries = _group_boundaries(batch.group_ids)
     scaled = apply_loss_reduction_to_advantages_minibatch(
         adv, batch.loss_mask, config.loss_reduction, algo.micro_batch_size, batch.loss_mask.shape[1],
@@ -184,7 +187,7 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
     active = [i for i in all_rows if use_kl or bool(adv[i].abs().sum() > 0)]
     loss_fn = PolicyLossRegistry.get(config.policy_loss_type)
     metrics["active_rows"] = float(len(active))
-    if algo.credit == "turn":
+    if experimental.credit == "turn":
         metrics["episode_credit_rows"] = float(kept)
     for _ in range(max(1, algo.epochs)):
         sums = {"loss": 0.0, "dev": 0.0, "dev_sq": 0.0, "kl": 0.0, "entropy": 0.0, "clip": 0.0, "tokens": 0.0}
@@ -192,7 +195,7 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
             rows = active[start:start + algo.micro_batch_size]
             ids, attention, select = token_tensors(batch, rows, pad_id)
             stats = selected_token_logprobs(model, ids, attention, select, temperature=temperature, bf16=bf16,
-                                            with_entropy=True, detach=algo.detach)
+                                            with_entropy=True, detach=experimental.grpo_detach)
             device = stats.logprobs.device  # the model's; the batch stays on the CPU
             mask = batch.loss_mask[rows].to(device)
             logp = scatter_tokens(stats.logprobs, mask)

@@ -1,4 +1,4 @@
-"""`algo.guard`: GRPO ends on the weights whose greedy probe was best, and goes back to them when a probe falls.
+"""`experimental.guard`: GRPO ends on the weights whose greedy probe was best, and goes back to them when a probe falls.
 
 Why: at one seed eight GRPO steps took held-out success from 70.8% to 50.0% while the sampled rewards of its
 steps rose; only greedy answers showed the collapse (docs/experiments/). So every `every` steps, and after the

@@ -138,25 +138,18 @@ def _check_supported(cfg: TrainConfig) -> None:
                           "--engine embedded first and point model.name at its checkpoint)")
     if cfg.rollout.backend == "hf":
         raise ConfigError("rollout.backend=hf: SkyRL's trainer generates with vLLM only; use backend: vllm or auto")
-    if cfg.algo.probe.per_family:
-        raise ConfigError(f"algo.probe.per_family={cfg.algo.probe.per_family}: the probe runs in the embedded trainer "
-                          "only; set it to 0, or pass SkyRL a data.train that holds the families to train on")
-    if cfg.algo.guard.every:
-        raise ConfigError(f"algo.guard.every={cfg.algo.guard.every}: the guard's probes run in the embedded trainer "
-                          "only; set it to 0 for SkyRL's trainer (its ckpt_interval and eval_interval keep checkpoints "
-                          "to choose from)")
-    if cfg.algo.expert_guidance:
-        raise ConfigError("algo.expert_guidance=true: demos join failed groups in the embedded trainer only; set it "
-                          "to false for SkyRL's trainer")
-    if cfg.algo.negative_weight != 1.0:
-        raise ConfigError(f"algo.negative_weight={cfg.algo.negative_weight}: negative advantages are scaled in the "
-                          "embedded trainer only; set it to 1.0 for SkyRL's trainer")
-    if cfg.algo.credit != "episode":
-        raise ConfigError(f"algo.credit={cfg.algo.credit}: turn-level credit is computed in the embedded trainer only; "
-                          "set it to episode for SkyRL's trainer")
-    if cfg.algo.detach != "none":
-        raise ConfigError(f"algo.detach={cfg.algo.detach}: the update skips those backward paths in the embedded "
-                          "trainer only; set it to none for SkyRL's trainer (its gradient is exact)")
+    x = cfg.experimental
+    for on, setting, fix in (
+            (x.probe.per_family != 0, f"probe.per_family={x.probe.per_family}",
+             "set it to 0, or pass SkyRL a data.train that holds the families to train on"),
+            (x.guard.every != 0, f"guard.every={x.guard.every}",
+             "set it to 0 (SkyRL's ckpt_interval and eval_interval keep checkpoints to choose from)"),
+            (x.expert_guidance, "expert_guidance=true", "set it to false"),
+            (x.negative_weight != 1.0, f"negative_weight={x.negative_weight}", "set it to 1.0"),
+            (x.credit != "episode", f"credit={x.credit}", "set it to episode"),
+            (x.grpo_detach != "none", f"grpo_detach={x.grpo_detach}", "set it to none (SkyRL's gradient is exact)")):
+        if on:
+            raise ConfigError(f"experimental.{setting} runs in the embedded trainer only; {fix} for SkyRL's trainer")
     if cfg.finetune.mode == "full" and cfg.finetune.top_layers is not None:
         raise ConfigError(f"finetune.top_layers={cfg.finetune.top_layers} with mode full: SkyRL's trainer fine-tunes "
                           "every weight; set top_layers: null, or use mode lora (adapters on the top layers)")

@@ -70,7 +70,7 @@ def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample]
     train_path, eval_path, experts_path = Path(cfg.data.train), Path(cfg.data.eval), Path(cfg.data.experts_path())
     g = cfg.data.generate
     stamp, wanted = train_path.with_name(f"{train_path.stem}.generate.json"), json.dumps(asdict(g), sort_keys=True)
-    needs_experts = cfg.sft.enabled or cfg.algo.expert_guidance
+    needs_experts = cfg.sft.enabled or cfg.experimental.expert_guidance
     missing = not (train_path.exists() and eval_path.exists() and (experts_path.exists() or not needs_experts))
     stale = stamp.exists() and stamp.read_text() != wanted
     if cfg.data.regenerate or missing or stale:
@@ -78,7 +78,7 @@ def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample]
             state = ("are missing" if missing else "were generated with other data.generate settings" if stale
                      else "are to be regenerated (data.regenerate)")
             raise ValueError(f"data files {state} and data.generate.method={g.method} needs inputs; "
-                             f"run `mcprl data generate --method {g.method} ...` first")
+                             f"run `mcprl data generate {g.method} ...` first")
         if stale and not missing:
             console.print(f"data.generate changed since {train_path} was generated: generating it again")
         with console.status(f"generating {g.n_train} training and {g.n_eval} held-out tasks"):
@@ -185,16 +185,19 @@ def rollout_metrics(results: list[RolloutResult], group_size: int) -> dict[str, 
     groups = rewards.reshape(-1, group_size)
     variances = groups.var(axis=1)
     env = MCPToolEnv.aggregate_metrics([m or {} for r in results for m in (r.output.get("env_metrics") or [])])
+    solved = np.array([t["success"] for t in trajectories], dtype=float).reshape(-1, group_size).mean(axis=1)
     return {"reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
             "success_rate": float(np.mean([t["success"] for t in trajectories])),
             "tool_success_rate": env.get("tool_success_rate", 0.0), "tool_timeout_rate": env.get("tool_timeout_rate", 0.0),
             "malformed_rate": env.get("malformed_rate", 0.0),
             "episode_len": env.get("turns", 0.0), "frac_prompts_with_signal": float((variances > 1e-8).mean()),
-            "reward_var_per_prompt_mean": float(variances.mean()), "sample_batches": float(len(results))}
+            "reward_var_per_prompt_mean": float(variances.mean()), "sample_batches": float(len(results)),
+            "frac_all_good": float((solved == 1).mean()), "frac_all_bad": float((solved == 0).mean()),
+            "frac_mixed": float(((solved > 0) & (solved < 1)).mean())}
 
 
 def guided_metrics(results: list[RolloutResult], guided: bool) -> dict[str, float]:
-    """Groups that trained on an expert demo (algo.expert_guidance), counted over every sample batch."""
+    """Groups that trained on an expert demo (experimental.expert_guidance), counted over every sample batch."""
     return {"guided_groups": float(sum(len(r.guided) for r in results))} if guided else {}
 
 
@@ -260,7 +263,7 @@ def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSa
 
 
 def with_env_metrics(output: dict[str, Any], uids: list[str], by_group: dict[str, list[Any]]) -> dict[str, Any]:
-    """The output with each row's env metrics (the turns algo.credit reads) put back after SkyRL's dynamic
+    """The output with each row's env metrics (the turns experimental.credit reads) put back after SkyRL's dynamic
     sampling, which drops them: kept groups keep their rows' order, and a replaced group repeats a kept one's."""
     seen: dict[str, int] = {}
     column = []
@@ -289,12 +292,12 @@ def greedy_successes(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample],
 
 
 def probe_families(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], run_dir: Path) -> dict[str, float]:
-    """The warm start's greedy pass rate per task family, on `algo.probe.per_family` seeded training tasks each.
+    """The warm start's greedy pass rate per task family, on `experimental.probe.per_family` seeded training tasks each.
 
     A family the warm start always solves gives GRPO groups without reward variance, which dynamic sampling
     then throws away; a family it fails is where the rollouts can teach something.
     """
-    k = cfg.algo.probe.per_family
+    k = cfg.experimental.probe.per_family
     chosen = tasks_per_family(tasks, k, random.Random(f"{cfg.run.seed}:probe"))
     t0 = time.perf_counter()
     successes = greedy_successes(policy, cfg, chosen, run_dir, "grpo_probe")
@@ -308,8 +311,8 @@ def probe_families(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], r
 
 def build_guard(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: TrainState,
                 run_dir: Path) -> Guard | None:
-    """`algo.guard`'s probe: the same seeded training tasks, `per_family` of each family, every time."""
-    config = cfg.algo.guard
+    """`experimental.guard`'s probe: the same seeded training tasks, `per_family` of each family, every time."""
+    config = cfg.experimental.guard
     if not config.every:
         return None
     chosen = tasks_per_family(tasks, config.per_family, random.Random(f"{cfg.run.seed}:guard"))
@@ -355,10 +358,10 @@ def without_demo(tasks: list[SkyRLSample], prompts: str, families: list[str]) ->
 
 def grpo_prompts(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: TrainState,
                  run_dir: Path) -> Iterator[SkyRLSample]:
-    """GRPO's prompt stream: every task, or with `algo.probe` the families the warm start fails (probed once,
+    """GRPO's prompt stream: every task, or with `experimental.probe` the families the warm start fails (probed once,
     before the first step, and kept in the checkpoints so a resumed run draws the same prompts), mixed with
-    every task at `algo.probe.share`. Position n is reproducible from (seed, n)."""
-    probe, seed, order = cfg.algo.probe, cfg.run.seed, cfg.algo.prompt_order
+    every task at `experimental.probe.share`. Position n is reproducible from (seed, n)."""
+    probe, seed, order = cfg.experimental.probe, cfg.run.seed, cfg.algo.prompt_order
     if cfg.algo.prompts != "all" and any("demo" in t.extra_info for t in tasks):
         tasks = without_demo(tasks, cfg.algo.prompts, cfg.data.generate.no_demo_families)
     if not probe.per_family:
@@ -398,7 +401,7 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
     for _ in range(state.grpo_prompts_drawn):
         next(stream)
     sampling = policy.rollouts.sampling(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
-    guide = expert_guide(policy, cfg, sampling) if algo.expert_guidance else None
+    guide = expert_guide(policy, cfg, sampling) if cfg.experimental.expert_guidance else None
 
     def save() -> Path:
         state.elapsed_s = clock.total
@@ -419,7 +422,8 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
             policy.model.train()
             batch = grpo.build_batch(output, uids)
             metrics = grpo.update(policy.model, batch, config, algo, opt, sched, pad_id=policy.pad_id,
-                                  temperature=cfg.rollout.temperature, bf16=policy.bf16, ref_model=reference)
+                                  temperature=cfg.rollout.temperature, bf16=policy.bf16, ref_model=reference,
+                                  experimental=cfg.experimental)
             policy.engine.sync_weights()
             release_memory()
             state.grpo_step += 1
