@@ -36,8 +36,11 @@ train: deps
 baseline: deps
 	$(BIN)/mcprl train --sft-only --equal-time runs/quickstart
 
+# Two workers, a test file per worker (module fixtures such as the smoke test's trained run stay in one):
+# 10:14 against 17:40 serial on the 2-core AVX2 machine (docs/benchmarks.md). TEST_JOBS=0 runs serially.
+TEST_JOBS ?= 2
 test: deps
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
 
 # The unit tier (< 1 minute): no model, at most a server process per test; feedback on a one-line change.
 UNIT_TESTS := tests/test_layering.py tests/test_errors.py tests/envs/test_parsing.py tests/envs/test_fuzz_parsing.py \

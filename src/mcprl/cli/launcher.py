@@ -17,7 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mcprl.errors import ConfigError
+from mcprl.cli.errors import fail
+from mcprl.errors import ConfigError, McprlError
 from mcprl.tools.config import OUR_SERVERS, ServersConfig, default_servers_config, load_servers_config
 from mcprl.tools.manager import ToolManager
 
@@ -99,8 +100,7 @@ def up(
     names = only or list(OUR_SERVERS)
     unknown = sorted(set(names) - set(OUR_SERVERS))
     if unknown:
-        console.print(f"[red]error:[/red] unknown servers {unknown}; known: {list(OUR_SERVERS)}")
-        raise typer.Exit(2)
+        fail(ConfigError(f"unknown servers {unknown}; known: {list(OUR_SERVERS)}"))
     ports = {name: base_port + OUR_SERVERS.index(name) for name in names}
     procs: dict[str, subprocess.Popen] = {}
     stopping = False
@@ -118,8 +118,7 @@ def up(
             try:
                 wait_listening(f"http://{host}:{port}/mcp", procs[name])
             except (RuntimeError, TimeoutError) as e:
-                console.print(f"[red]error:[/red] server '{name}' on port {port}: {e}")
-                raise typer.Exit(1) from None
+                fail(McprlError(f"server '{name}' on port {port}: {e}"))
         table = Table(title="MCP servers up (streamable HTTP)")
         table.add_column("server")
         table.add_column("url")
@@ -131,8 +130,7 @@ def up(
         while not stopping:
             dead = [n for n, p in procs.items() if p.poll() is not None]
             if dead:
-                console.print(f"[red]error:[/red] server(s) exited: {dead}; stopping the rest")
-                raise typer.Exit(1)
+                fail(McprlError(f"server(s) exited: {dead}; stopping the rest"))
             time.sleep(0.2)
         console.print("stopping servers…")
     finally:
@@ -178,8 +176,7 @@ def check(
     try:
         config = load_servers_config(servers_config) if servers_config else default_servers_config(transport)
     except ConfigError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
+        fail(e)
     with console.status("checking MCP servers…"):
         rows = asyncio.run(check_servers(config, timeout))
     table = Table(title="MCP server health")

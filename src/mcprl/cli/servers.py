@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from mcprl.cli.errors import fail
+from mcprl.errors import ConfigError
 from mcprl.servers.errors import ServiceError
 
 app = typer.Typer(
@@ -46,8 +48,7 @@ def serve(
 
     try:
         registry.serve(name, transport.value, host=host, port=port, backend=backend.value, seed=seed)
-    except ServiceError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    except ServiceError as exc:  # a server that cannot start as asked: bad input, exit 2
+        fail(ConfigError(str(exc)))
     except KeyboardInterrupt:
         pass

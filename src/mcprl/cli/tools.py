@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from mcprl.cli.errors import fail
 from mcprl.errors import ConfigError
 from mcprl.tools.manager import ToolManager
 
@@ -23,8 +24,7 @@ def _manager(config: Optional[Path]) -> ToolManager:
     try:
         return ToolManager(config)
     except ConfigError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
+        fail(e)
 
 
 @app.command("list")
@@ -64,8 +64,7 @@ def call_tool(
     try:
         args = json.loads(arguments)
     except json.JSONDecodeError as e:
-        console.print(f"[red]error:[/red] arguments are not valid JSON ({e.msg} at char {e.pos}): {arguments}")
-        raise typer.Exit(2) from None
+        fail(ConfigError(f"arguments are not valid JSON ({e.msg} at char {e.pos}): {arguments}"))
 
     async def run():
         async with _manager(servers_config) as tm:
