@@ -134,7 +134,8 @@ def _resolve(args: list[str]):
 @pytest.mark.parametrize("page", GUIDES)
 def test_every_command_in_the_guides_parses(page: str) -> None:
     """Each `mcprl` line of README.md and the guides names a real command with options it takes (the
-    own-server guide and the README also run, above; `make train` runs the quickstart's)."""
+    own-server guide, the README and the data guide also run, and every `mcprl train` line plans with
+    --dry-run, below; `make train` runs the quickstart)."""
     lines = _command_lines((DOCS / page).read_text())
     for args in lines:
         cmd, rest = _resolve(args)
@@ -148,3 +149,52 @@ def test_the_metric_names_table_is_current() -> None:
     from mcprl.metric_names import reference
 
     assert reference() in (DOCS / "metrics.md").read_text(), "docs/metrics.md: regenerate it with reference()"
+
+
+def test_the_data_guide_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/data.md's commands in order, in a fresh directory, against the real offline servers. Three
+    changes, each a stand-in the guide names: task counts cut to 12 (`--n 600` takes minutes), the
+    OpenAI-compatible endpoint a local stub (it proposes one real plan, a simple polygon lookup, so the
+    generator is asked for those: DOMAINS, COMPLEXITIES), and specs.jsonl the guide's example on one line."""
+    import json
+
+    from tests.data.openai_stub import Reply, StubOpenAI
+    from tests.data.test_llm import plan
+
+    page = (DOCS / "data.md").read_text()
+    commands = _command_lines(page)
+    assert len(commands) >= 10, "the data guide lost its commands"
+    spec = next(body for lang, body in BLOCK.findall(page.split("## The specs converter")[1]) if lang == "json")
+    (tmp_path / "specs.jsonl").write_text(json.dumps(json.loads(spec)) + "\n")
+    (tmp_path / "data" / "heldout").mkdir(parents=True)
+    (tmp_path / "data" / "heldout" / "natural.yaml").write_bytes((DOCS.parent / "data/heldout/natural.yaml").read_bytes())
+    reply = plan("What did AAPL close at in the previous session?",
+                 [("polygon", "get_previous_close", {"ticker": "AAPL"})], "{{step1.data.close}}")
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    with StubOpenAI(lambda path, body: Reply(reply)) as stub:
+        env = {"OPENAI_API_KEY": "sk-guide-test", "OPENAI_BASE_URL": stub.url,
+               "DOMAINS": "polygon", "COMPLEXITIES": "simple"}  # what the stub's one plan is
+        for args in commands:
+            if "--n" in args:
+                args[args.index("--n") + 1] = str(min(int(args[args.index("--n") + 1]), 12))
+            result = runner.invoke(app, args[1:], env=env, catch_exceptions=False)
+            assert result.exit_code == 0, f"{' '.join(args)}\n{result.output}"
+    assert (tmp_path / "data/processed/train.parquet").is_file() and (tmp_path / "data/specs.jsonl").is_file()
+    assert (tmp_path / "data/heldout/natural.jsonl").read_text().count("\n") >= 90
+    assert stub.requests, "the llm command never asked the endpoint"
+
+
+def test_the_training_guides_commands_load_and_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/training.md's and the quickstart's `mcprl train` lines, each with `--dry-run` added: the config
+    files, overrides and flags load, check and plan (no model). Training itself runs in `make train` and
+    the smoke test; `--equal-time` needs a finished run, which the smoke test's equal-time test makes."""
+    monkeypatch.chdir(DOCS.parent)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    runner = CliRunner()
+    lines = [args for page in ("training.md", "quickstart.md") for args in _command_lines((DOCS / page).read_text())
+             if args[1] == "train" and "--equal-time" not in args]
+    assert len(lines) >= 6
+    for args in lines:
+        result = runner.invoke(app, [*args[1:], *([] if "--dry-run" in args else ["--dry-run"])])
+        assert result.exit_code == 0 and "algorithm:" in result.output, f"{' '.join(args)}\n{result.output}"
