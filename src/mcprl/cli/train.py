@@ -1,4 +1,4 @@
-"""`mcprl train`: load and check the config, then run the embedded trainer or SkyRL's.
+"""`mcprl train`: load and check the config, then hand it to an engine (`mcprl.training.engines`).
 
 Mounted by mcprl.cli as `app.command("train")(train_command)`. Imports stay light: torch, the
 trainer and SkyRL load only once a run (or a SkyRL dry run) needs them.
@@ -17,15 +17,14 @@ from rich.markup import escape
 from mcprl.cli.errors import fail
 from mcprl.errors import ConfigError
 from mcprl.training.callbacks import TrainingHealthError
-from mcprl.training.config import TrainConfig, describe, load_train_config, resolve_rollout_backend
+from mcprl.training.config import TrainConfig, load_train_config
+from mcprl.training.engines import ENGINES, RunRequest, TrainEngine, get_engine
 
 _out = Console(highlight=False)
 _err = Console(stderr=True, highlight=False)
 
 
-class Engine(str, Enum):
-    embedded = "embedded"
-    skyrl = "skyrl"
+Engine = Enum("Engine", {name: name for name in ENGINES}, type=str)  # the choices of --engine
 
 
 DEFAULT_CONFIG = Path("configs/quickstart.yaml")
@@ -37,7 +36,7 @@ def train_command(
                                                 "else the built-in defaults (the same recipe); with --equal-time, "
                                                 "the run's config.yaml].")] = None,
     engine: Annotated[Engine, typer.Option(help="embedded: mcprl's trainer (CPU or one GPU); "
-                                           "skyrl: SkyRL's Ray/FSDP/vLLM trainer (GPUs).")] = Engine.embedded,
+                                           "skyrl: SkyRL's Ray/FSDP/vLLM trainer (GPUs).")] = Engine["embedded"],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would run and exit; loads no model.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the run's latest checkpoint.")] = False,
     resume_from: Annotated[Path | None, typer.Option(
@@ -62,12 +61,7 @@ def train_command(
             _run_equal_time(equal_time, config, override or [], engine=engine, dry_run=dry_run, resume=resume)
             return
         cfg = load_train_config(config or (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None), override or [])
-        if engine is Engine.skyrl:
-            if resume_from is not None:
-                raise ConfigError("--resume-from: SkyRL's trainer resumes from its own latest checkpoint; use --resume")
-            _run_skyrl(cfg, dry_run=dry_run, resume=resume, sft_only=sft_only)
-        else:
-            _run_embedded(cfg, dry_run=dry_run, resume=resume, resume_from=resume_from, sft_only=sft_only)
+        _run(get_engine(engine.value), cfg, RunRequest(resume, resume_from, sft_only), dry_run=dry_run)
     except ConfigError as err:
         fail(err)
     except TrainingHealthError as err:
@@ -75,46 +69,27 @@ def train_command(
         raise typer.Exit(1) from None
 
 
-def _run_embedded(cfg: TrainConfig, *, dry_run: bool, resume: bool, resume_from: Path | None, sft_only: bool) -> None:
+def _run(engine: TrainEngine, cfg: TrainConfig, request: RunRequest, *, dry_run: bool) -> None:
     if dry_run:
-        _out.print(describe(cfg, "embedded", sft_only), markup=False, soft_wrap=True)
-        return
-    resolve_rollout_backend(cfg)  # an impossible backend fails before any model loads
-    if resume_from is not None:
-        from mcprl.training.checkpoint import checked_checkpoint
-
-        resume_from = checked_checkpoint(resume_from)
-    from mcprl.training.trainer import train
-
-    train(cfg, resume=resume, resume_from=resume_from, sft_only=sft_only)
+        _out.print(engine.plan(cfg, request), markup=False, soft_wrap=True)
+    else:
+        engine.run(cfg, request)
 
 
 def _run_equal_time(run_dir: Path, config: Path | None, overrides: list[str], *, engine: Engine, dry_run: bool,
                     resume: bool) -> None:
     from mcprl.training import baseline
 
-    if engine is Engine.skyrl:
+    if engine.value != "embedded":
         raise ConfigError("--equal-time: the SFT-only baseline runs on the embedded engine")
     plan = baseline.read_plan(run_dir)
     cfg = baseline.equal_time_config(plan, config, overrides)
     _out.print(plan.describe(), markup=False, soft_wrap=True)
-    _run_embedded(cfg, dry_run=dry_run, resume=resume, resume_from=None, sft_only=True)
+    _run(get_engine("embedded"), cfg, RunRequest(resume=resume, sft_only=True), dry_run=dry_run)
     if not dry_run:
         record = baseline.compare_with_run(plan, Path(cfg.run.output_dir))
         if record["describe"]:
             _out.print(record["describe"], markup=False, soft_wrap=True)
-
-
-def _run_skyrl(cfg: TrainConfig, *, dry_run: bool, resume: bool, sft_only: bool) -> None:
-    if sft_only:
-        raise ConfigError("--sft-only: SkyRL's trainer runs GRPO only; use --engine embedded for SFT")
-    from mcprl.training import skyrl_launcher
-
-    if dry_run:
-        plan = skyrl_launcher.dry_run(cfg, resume=resume)
-        _out.print(describe(cfg, "skyrl"), plan, sep="\n", markup=False, soft_wrap=True)
-        return
-    skyrl_launcher.launch(cfg, resume=resume)
 
 
 if __name__ == "__main__":
