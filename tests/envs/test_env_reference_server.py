@@ -95,3 +95,23 @@ def test_parquet_style_extras_and_tool_role(time_servers):
 def test_bad_env_config_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown env_config keys"):
         skyrl_gym.make("mcp_tool_env", env_config={"servers_cfg": "x"}, extras={})
+
+
+@pytest.mark.parametrize(("reward_spec", "problem"), [
+    ('{"method": "rule", "ground_truth": {"task_id": "t"', "reward_spec is not valid JSON"),
+    ({"method": "rule", "ground_truth": "[1, 2]"}, "reward_spec.ground_truth must be a mapping, got list"),
+    ({"method": "rule", "ground_truth": {"task_id": 7, "max_turns": "two", "allowed_tools": "convert_time"}}, None),
+])
+def test_a_row_whose_ground_truth_cannot_be_read_runs_and_says_why(time_servers, reward_spec, problem):
+    """The env never raises (one exception aborts SkyRL's whole batch): an unreadable ground truth is an
+    episode with nothing to score, and its metrics say why; wrong-typed fields take their defaults."""
+    env = skyrl_gym.make("mcp_tool_env", env_config={"servers_config": time_servers},
+                         extras={"reward_spec": reward_spec, "extra_info": "{not json", "max_turns": 2})
+    _, info = env.init([{"role": "user", "content": "What time is it in UTC?"}])
+    said = info.get("ground_truth_problem")
+    assert (said is None if problem is None else said.startswith(problem)) and env.max_turns == 2
+    out = env.step(format_tool_call("get_current_time", {"timezone": "UTC"}))
+    assert not out["done"] and out["observations"]
+    out = env.step(format_answer("noon"))
+    assert out["done"] and not env.success
+    assert env.get_metrics().get("ground_truth_problem") == said

@@ -25,6 +25,7 @@ from mcprl.episode import new_episode
 from mcprl.protocol.parsing import ParsedAction, parse_action
 from mcprl.protocol.prompt import call_example, tool_response
 from mcprl.rewards.base import Reward, RewardSettings, Step, StopReason
+from mcprl.rewards.ground_truth import GroundTruth, positive_int
 from mcprl.rewards.registry import build_reward
 from mcprl.rewards.heuristic import names_match
 from mcprl.tools.config import ServersConfig, load_servers_config
@@ -37,12 +38,9 @@ _COUNTERS = ("tool_calls", "tool_ok", "tool_timeouts", "tool_errors", "unknown_t
 
 
 def ground_truth(extras: dict[str, Any]) -> dict[str, Any]:
-    """`reward_spec.ground_truth`, whether SkyRL hands it over as a dict or (from parquet) a JSON string."""
-    spec = extras.get("reward_spec") or {}
-    if isinstance(spec, str):
-        spec = json.loads(spec)
-    gt = spec.get("ground_truth") or {}
-    return json.loads(gt) if isinstance(gt, str) else dict(gt)
+    """`reward_spec.ground_truth` as a mapping, whether SkyRL hands it over as a dict or (from parquet) a
+    JSON string; {} when it cannot be read (`GroundTruth.read` says why)."""
+    return GroundTruth.read(extras).data
 
 
 class MCPToolEnv(BaseTextEnv):
@@ -50,11 +48,17 @@ class MCPToolEnv(BaseTextEnv):
         super().__init__()
         self.cfg = EnvConfig.from_any(_plain(env_config))
         extras = dict(extras or {})
-        self.gt = ground_truth(extras)
+        self.truth = GroundTruth.read(extras)
+        if self.truth.problem:
+            log.warning("task %r: %s; the episode runs unscored", self.truth.task_id, self.truth.problem)
+        self.gt = self.truth.data
         info = extras.get("extra_info") or {}
-        self.extra_info = json.loads(info) if isinstance(info, str) else dict(info)
-        limits = [t for t in (self.cfg.max_turns, self.gt.get("max_turns"), extras.get("max_turns")) if t]
-        self.max_turns = int(min(limits)) if limits else 5
+        try:
+            self.extra_info = json.loads(info) if isinstance(info, str) else dict(info)
+        except (json.JSONDecodeError, TypeError, ValueError):
+            self.extra_info = {}
+        limits = [t for t in (self.cfg.max_turns, self.truth.max_turns, positive_int(extras.get("max_turns"))) if t]
+        self.max_turns = min(limits) if limits else 5
         self.reward_fn = build_reward(RewardSettings(self.cfg.reward_fn, self.cfg.reward_weights, self.cfg.judge,
                                                      self.cfg.reward_options))
         self.reward_fn.reset(self.gt)
@@ -74,12 +78,12 @@ class MCPToolEnv(BaseTextEnv):
 
     @property
     def task_id(self) -> str:
-        return str(self.gt.get("task_id", ""))
+        return self.truth.task_id
 
     def init(self, prompt: list[dict[str, str]]) -> tuple[list[dict[str, str]], dict[str, Any]]:
         self.history = [dict(m) for m in prompt]
-        return prompt, {"task_id": self.task_id, "complexity": self.gt.get("complexity"),
-                        "max_turns": self.max_turns}
+        info = {"task_id": self.task_id, "complexity": self.truth.complexity, "max_turns": self.max_turns}
+        return prompt, info | ({"ground_truth_problem": self.truth.problem} if self.truth.problem else {})
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         try:
@@ -149,7 +153,7 @@ class MCPToolEnv(BaseTextEnv):
         return None
 
     def _call(self, parsed: ParsedAction) -> dict[str, Any]:
-        for allowed in (self.gt.get("allowed_tools"), self.cfg.tool_allowlist):
+        for allowed in (self.truth.allowed_tools, self.cfg.tool_allowlist):
             if allowed and not any(names_match(parsed.name or "", a) for a in allowed):
                 return {"ok": False, "error_type": "disallowed_tool",
                         "error": f"tool {parsed.name!r} is not available here; available: {', '.join(allowed)}"}
@@ -181,7 +185,8 @@ class MCPToolEnv(BaseTextEnv):
     def get_metrics(self) -> dict[str, Any]:
         return {**self.counts, "turns": self.turns, "answered": self.answered, "success": self.success,
                 "episode_reward": self.episode_reward, "task_id": self.task_id, "trace": self.trace,
-                "stop_reason": self.stop_reason}
+                "stop_reason": self.stop_reason, **({"ground_truth_problem": self.truth.problem}
+                                                    if self.truth.problem else {})}
 
     @staticmethod
     def aggregate_metrics(metrics: list[dict[str, Any]]) -> dict[str, Any]:
