@@ -17,15 +17,17 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mcprl.errors import ConfigError
+from mcprl.errors import ConfigError, suggest
 
 OUR_SERVERS = ("polygon", "fmp", "tavily", "python", "slack")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class ServerSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt key is an error, not a silently ignored setting
+
     name: str = Field(pattern=r"^[A-Za-z0-9_-]+$", description="Namespace of this server's tools.")
     transport: Literal["stdio", "http"] = "stdio"
     command: str | None = Field(None, description="stdio: executable to spawn.")
@@ -57,6 +59,8 @@ class ServerSpec(BaseModel):
 
 
 class ServersConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     servers: list[ServerSpec]
 
     @model_validator(mode="after")
@@ -115,4 +119,9 @@ def load_servers_config(path: str | Path | None = None) -> ServersConfig:
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
+        if first["type"] == "extra_forbidden":
+            model = ServerSpec if len(first["loc"]) > 1 else ServersConfig
+            hint = suggest(str(first["loc"][-1]), model.model_fields)
+            raise ConfigError(f"{path}: {where}: unknown key{'; ' + hint if hint else ''} (known: "
+                              f"{', '.join(model.model_fields)})") from None
         raise ConfigError(f"{path}: {where}: {first['msg']}") from e

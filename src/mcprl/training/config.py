@@ -671,6 +671,10 @@ def validate(cfg: TrainConfig) -> None:
             raise ConfigError(message)
     _check_algorithm_names(cfg.algo)
     _check_reward(cfg.reward)
+    if cfg.rollout.servers_config:  # a missing or broken file fails here, not when the first episode starts
+        from mcprl.tools.config import load_servers_config
+
+        load_servers_config(cfg.rollout.servers_config)
 
 
 def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
