@@ -216,3 +216,24 @@ def test_our_stdio_servers_inherit_pythonpath(monkeypatch, tmp_path):
     assert our_server_spec("polygon").resolved_env() == {"PYTHONPATH": str(tmp_path)}
     monkeypatch.delenv("PYTHONPATH")
     assert our_server_spec("polygon").resolved_env() == {}
+
+
+def test_text_that_cannot_be_encoded_is_refused_before_it_reaches_the_server(fx_config):
+    """A model's lone surrogate (`"\\udcff"`) used to break the stdio stream: every call in flight on that
+    server failed and the server restarted (the offline Slack lost every episode's posts). It is an
+    invalid-arguments result now, and the calls in flight beside it, and the server, are untouched."""
+    async def go():
+        async with ToolManager(fx_config) as tm:
+            pid = (await tm.execute_tool("pid", {}))["data"]
+            slow = asyncio.create_task(tm.execute_tool("sleep", {"seconds": 0.5}))
+            await asyncio.sleep(0.1)
+            bad = await tm.execute_tool("lookup", {"key": "caf\udcff"})
+            nested = await tm.execute_tool("lookup", {"key": "k", "extra": ["\ud800"]})
+            return bad, nested, await slow, (await tm.execute_tool("pid", {}))["data"] == pid, tm.restarts()
+
+    bad, nested, slow, same_server, restarts = run(go())
+    assert bad["ok"] is False and bad["error_type"] == "invalid_arguments"
+    assert "not valid Unicode" in bad["error"] and "nothing was sent" in bad["error"]
+    assert nested["error_type"] == "invalid_arguments"
+    assert slow["ok"] and same_server and not any(restarts.values())
+    json.dumps(bad).encode("utf-8")  # the observation built from it is itself sendable

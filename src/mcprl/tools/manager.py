@@ -199,6 +199,11 @@ class ToolManager:
             arguments = {}
         if not isinstance(arguments, dict):
             raise InvalidArguments(f"arguments for {info.name!r} must be a JSON object, got {type(arguments).__name__}")
+        try:  # a lone surrogate would break the transport's stream, and every other call in flight on it
+            json.dumps(arguments, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidArguments(f"arguments for {info.name!r} hold text that is not valid Unicode "
+                                   f"({e.object[e.start:e.end]!r} at character {e.start}); nothing was sent") from None
         if not info.validator.is_valid(arguments):
             error = jsonschema.exceptions.best_match(info.validator.iter_errors(arguments))
             where = ".".join(str(p) for p in error.absolute_path)
