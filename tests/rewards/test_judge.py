@@ -271,3 +271,16 @@ def test_judge_step_takes_the_yaml_mapping_and_env_weights(stub):
     assert out["total_reward"] == pytest.approx(0.1) and state.positive_shaping == pytest.approx(0.1)  # env's cap
     with pytest.raises(ValueError, match="unknown judge config keys"):
         judge_step(conversation(), CALL, GT, {"modle": "x"}, state=RewardState())
+
+
+def test_the_same_step_hits_the_cache_whatever_the_call_took(stub, tmp_path):
+    """A tool result's latency_ms changes on every call; sent to the judge it made each request new, so
+    the cache almost never hit (issue 49, finding 6). What the step did still changes the request."""
+    cfg = config(stub, cache_dir=tmp_path / "judge")
+    result = {"ok": True, "data": {"price": 101.5}, "server": "polygon", "tool": "get_last_quote"}
+    judge(cfg, result={**result, "latency_ms": 12.3})
+    again = judge(cfg, result={**result, "latency_ms": 48.9})
+    assert len(stub.bodies) == 1 and again["components"]["judge_cached"] == 1.0
+    assert "latency_ms" not in stub.bodies[0]
+    judge(cfg, result={**result, "data": {"price": 99.0}, "latency_ms": 12.3})
+    assert len(stub.bodies) == 2

@@ -65,6 +65,9 @@ JUDGE_SCHEMA: dict[str, Any] = {
 # Keys of a judge result's components that are diagnostics, not contributions to total_reward.
 JUDGE_DIAGNOSTICS = (*SCORE_FIELDS, "judge_total", "judge_reported_total", "judge_used", "judge_failed", "judge_cached")
 TASK_CHARS = 1500
+# Keys of a tool result that differ from call to call without saying anything about the step: sent to the
+# judge they made every request new, so its cache (keyed by the request) almost never hit.
+VOLATILE_RESULT_KEYS = frozenset({"latency_ms"})
 ACTION_CHARS = 1500
 
 DEFAULT_INSTRUCTIONS = """You grade ONE step of an AI agent that solves a task by calling tools.
@@ -249,7 +252,8 @@ def build_messages(
     turns = [m for m in conversation or [] if isinstance(m, dict)]
     task = next((m.get("content") for m in turns if m.get("role") == "user"), "")
     recent = [m for m in turns if m.get("role") != "system"][-config.max_messages :] if config.max_messages else []
-    result = None if tool_result is None else _clip(redact(_to_json(redact(tool_result))), config.result_chars)
+    shown = None if tool_result is None else {k: v for k, v in tool_result.items() if k not in VOLATILE_RESULT_KEYS}
+    result = None if shown is None else _clip(redact(_to_json(redact(shown))), config.result_chars)
     payload = {
         "task": _clip(redact(str(task)), TASK_CHARS),
         "intended_next_step": redact(intended_step),
