@@ -9,6 +9,9 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
+from mcprl.cli.errors import fail
+from mcprl.errors import ConfigError
+
 app = typer.Typer(no_args_is_help=True, help="Inspect the MCP tool environment.")
 console = Console()
 DataOpt = typer.Option(None, "--data", "-d", help="Dataset file; default: one freshly generated rule task.")
@@ -21,9 +24,12 @@ def load_sample(data: Path | None, index: int):
         from mcprl.data.rules import generate
 
         return generate(1, seed=0, progress=False).samples[0]
-    samples = read_samples(data)
+    try:
+        samples = read_samples(data)
+    except (OSError, ValueError) as err:  # a missing file, a bad row: one line, not a traceback
+        fail(ConfigError(str(err)))
     if not 0 <= index < len(samples):
-        raise typer.BadParameter(f"--index {index} is out of range: {data} has {len(samples)} rows")
+        fail(ConfigError(f"--index {index} is out of range: {data} has {len(samples)} rows"))
     return samples[index]
 
 
@@ -35,8 +41,10 @@ def one_step(sample: Any, env_config: dict[str, Any], action: str | None) -> tup
     from mcprl.protocol.parsing import format_tool_call
 
     if action is None:
-        first = sample.ground_truth["tool_sequence"][0]
-        action = format_tool_call(first["tool"], first["params"])
+        steps = sample.ground_truth.get("tool_sequence") or []
+        if not steps or not isinstance(steps[0], dict) or "tool" not in steps[0]:
+            fail(ConfigError(f"task {sample.task_id} has no expected call to send; pass --action"))
+        action = format_tool_call(steps[0]["tool"], steps[0].get("params") or {})
     env = skyrl_gym.make("mcp_tool_env", env_config=env_config,
                          extras={"reward_spec": sample.reward_spec, "extra_info": sample.extra_info})
     env.init(sample.prompt)
@@ -53,7 +61,7 @@ def check(data: Optional[Path] = DataOpt, index: int = typer.Option(0, help="Row
     """
     sample = load_sample(data, index)
     env, out, action = one_step(sample, {"servers_config": str(servers_config) if servers_config else None}, action)
-    console.print(f"task: {sample.task_id} ({sample.ground_truth['complexity']})")
+    console.print(f"task: {sample.task_id} ({sample.ground_truth.get('complexity')})")
     console.print(f"action: {action}")
     if out["observations"]:
         console.print(f"observation: {out['observations'][0]['content'][:300]}")

@@ -85,7 +85,13 @@ def read_samples(path: str | Path) -> list[SkyRLSample]:
     for i, row in iter_rows(path):
         if isinstance(row, Exception):
             raise ValueError(f"{path}: row {i}: {row}")
-        samples.append(SkyRLSample.from_dict(row))
+        try:
+            samples.append(SkyRLSample.from_dict(row))
+        except KeyError as err:
+            raise ValueError(f"{path}: row {i}: no {err.args[0]!r} (a SkyRL sample has data_source, prompt, "
+                             f"reward_spec; `mcprl data validate` checks a whole file)") from None
+        except (TypeError, AttributeError) as err:
+            raise ValueError(f"{path}: row {i}: not a SkyRL sample ({err})") from None
     return samples
 
 
