@@ -71,3 +71,15 @@ def test_the_command_prints_one_line_for_an_unhandled_error() -> None:
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 1, proc.stderr
     assert lines == ["error: tool get_quote timed out after 10.0 s"], proc.stderr
+
+
+@pytest.mark.parametrize("command", [["tools", "call", "polygon.get_last_quote", '{"ticker": "AAPL"}'],
+                                     ["servers", "check"]])
+def test_a_zero_timeout_is_refused_not_replaced_by_the_default(command: list[str]) -> None:
+    """`--timeout 0` used to mean 20 s without a word (issue 49, finding 7)."""
+    from typer.testing import CliRunner
+
+    from mcprl.cli.main import app
+
+    result = CliRunner().invoke(app, [*command, "--timeout", "0"])
+    assert result.exit_code == 2 and "Invalid value for '--timeout'" in result.output

@@ -167,7 +167,7 @@ def check(
         None, "--servers-config", "-c", help="Servers YAML; default: our five servers."
     ),
     transport: str = typer.Option("stdio", help="For our servers: stdio (spawn them) or http (`servers up`)."),
-    timeout: float = typer.Option(20.0, help="Seconds per start and per call."),
+    timeout: float = typer.Option(20.0, min=0.001, help="Seconds per start and per call (> 0)."),
 ) -> None:
     """Connect to each server, list its tools, make one happy-path call; exit 1 if any fails.
 

@@ -55,7 +55,7 @@ def call_tool(
     tool: str = typer.Argument(..., help="TOOL or SERVER.TOOL"),
     arguments: str = typer.Argument("{}", help="JSON object of arguments"),
     servers_config: Optional[Path] = ConfigOpt,
-    timeout: float = typer.Option(20.0, help="Seconds before the call counts as timed out."),
+    timeout: float = typer.Option(20.0, min=0.001, help="Seconds before the call counts as timed out (> 0)."),
 ) -> None:
     """Call one tool and print its result as JSON; exit 1 when the call failed.
 
