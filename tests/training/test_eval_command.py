@@ -73,3 +73,15 @@ def test_mcprl_eval_rejects_a_bad_override_before_loading_a_model(tmp_path, task
                                       "--override", "rollout.max_turns=many"])
     assert result.exit_code == 2
     assert "rollout.max_turns" in result.output and "Traceback" not in result.output
+
+
+def test_bad_data_fails_in_one_line_before_any_model_loads(tmp_path, monkeypatch):
+    """A missing file, or a row that is not a sample, used to surface after the model had loaded (issue 49,
+    finding 7); a model that cannot load proves none was asked for."""
+    from mcprl.training import evaluate
+
+    monkeypatch.setattr(evaluate, "load_policy_weights", lambda *a, **k: pytest.fail("the model was loaded"))
+    (tmp_path / "bad.jsonl").write_text('{"x": 1}\n')
+    for data, fragment in ((tmp_path / "missing.jsonl", "does not exist"), (tmp_path / "bad.jsonl", "row 1: no 'data_source'")):
+        result = CliRunner().invoke(app, ["eval", "run", "-m", "smollm2-135m", "-d", str(data), "--out", str(tmp_path / "e")])
+        assert result.exit_code == 2 and fragment in result.output and "Traceback" not in result.output, result.output

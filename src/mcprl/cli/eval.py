@@ -103,6 +103,9 @@ def run_command(
     Example: mcprl eval run -m runs/quickstart/checkpoints/step_done -d data/processed/quickstart_test.jsonl --n 4 --out runs/eval_grpo
     """
     from mcprl.errors import ConfigError
+
+    if not data.is_file():  # before torch and the trainer are imported (seconds on a small CPU)
+        fail(ConfigError(f"--data {data} does not exist"))
     from mcprl.training.evaluate import run_eval
 
     try:

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from mcprl.data.sample import SkyRLSample, read_samples
+from mcprl.errors import ConfigError
 from mcprl.eval.results import write_eval_outputs
 from mcprl.training.config import TrainConfig, load_train_config
 from mcprl.training.policy import Policy, build_policy, load_policy_weights
@@ -44,10 +45,13 @@ def run_eval(model: str, data: Path, *, n: int = 1, temperature: float = 0.0, ou
              reference: Path | None = None) -> dict[str, Any]:
     """`mcprl eval run -m M -d FILE --n K`: K samples per task of a model, a local dir or a checkpoint."""
     cfg = load_train_config(config, overrides or [])
+    try:  # the data before the model: a wrong path fails in a moment, not after the model has loaded
+        tasks = read_samples(data)[:max_tasks] if max_tasks else read_samples(data)
+    except (OSError, ValueError) as err:
+        raise ConfigError(str(err)) from None
     weights, tokenizer = load_policy_weights(model)
     policy = build_policy(cfg, model=weights, tokenizer=tokenizer)
     try:
-        tasks = read_samples(data)[:max_tasks] if max_tasks else read_samples(data)
         return evaluate_tasks(policy, tasks, out, n=n, temperature=temperature, reference=reference,
                               max_input_length=cfg.rollout.max_input_length, label=f"eval {data.name}")
     finally:
