@@ -237,3 +237,20 @@ def test_text_that_cannot_be_encoded_is_refused_before_it_reaches_the_server(fx_
     assert nested["error_type"] == "invalid_arguments"
     assert slow["ok"] and same_server and not any(restarts.values())
     json.dumps(bad).encode("utf-8")  # the observation built from it is itself sendable
+
+
+def test_a_tool_that_keeps_its_own_time_answers_before_the_client_gives_up():
+    """run_python stops itself at its `timeout_s` and reports the partial output; the client used to give up at
+    the same moment (both 10 s) and return a bare transport timeout (issue 49, finding 5). It waits for the
+    tool's own limit plus a grace now, whatever its own timeout says."""
+    from mcprl.tools.config import our_server_spec
+
+    async def go():
+        async with ToolManager(ServersConfig(servers=[our_server_spec("python")])) as tm:
+            return await tm.execute_tool("run_python", {"code": "import time\nprint('partial', flush=True)\n"
+                                                                "time.sleep(30)", "timeout_s": 2}, timeout=1)
+
+    result = run(go())
+    assert result["ok"], result
+    assert result["data"]["stdout"] == "partial\n" and "time limit" in result["data"]["stderr"]
+    assert result["data"]["exit_code"] != 0 and result["latency_ms"] < 7000

@@ -66,6 +66,20 @@ class _RateLimiter:
             await asyncio.sleep(wait)
 
 
+# A tool that takes its own time limit (`timeout_s`, as run_python does) stops itself and reports what it
+# did; the client waits that long plus this, so its transport timeout never cuts the tool's own answer off.
+OWN_LIMIT_GRACE_S = 5.0
+
+
+def own_time_limit(schema: dict[str, Any], args: dict[str, Any]) -> float | None:
+    """Seconds the tool will stop itself after: its `timeout_s` argument, else the schema's default."""
+    prop = (schema.get("properties") or {}).get("timeout_s")
+    if not isinstance(prop, dict):
+        return None
+    value = args.get("timeout_s", prop.get("default"))
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
 class ToolManager:
     def __init__(self, config: ServersConfig | str | Path | None = None, *, mode: Mode = "live",
                  recording: str | Path | None = None, default_timeout: float | None = None) -> None:
@@ -222,6 +236,9 @@ class ToolManager:
             return recorded
         spec = self._specs[info.server]
         timeout = timeout or self.default_timeout or spec.timeout_s
+        own = own_time_limit(info.input_schema, args)
+        if own is not None:  # the tool's own limit answers first, with its partial output
+            timeout = max(timeout, own + OWN_LIMIT_GRACE_S)
         limiter = self._limiters.get(info.server)
         if limiter is not None:
             await limiter.acquire()
