@@ -96,8 +96,10 @@ def test_full_finetune_turns_lora_off_and_kl_maps_to_skyrl(tmp_path):
     assert (lora.trainer.algorithm.use_kl_loss, lora.trainer.algorithm.use_kl_in_reward) == (False, True)
 
 
-def test_prepare_writes_parquet_that_skyrls_dataset_and_the_env_read_back(tmp_path, datasets):
+def test_prepare_writes_parquet_that_skyrls_dataset_and_the_env_read_back(tmp_path, datasets, monkeypatch):
     train, test = datasets
+    monkeypatch.chdir(tmp_path)  # a relative servers config, checked at load and made absolute for the workers
+    Path("servers.yaml").write_text("servers:\n  - {name: polygon, command: python, args: [-m, mcprl.servers, polygon]}\n")
     cfg = quickstart(tmp_path, f"data.train={train}", f"data.eval={test}", "eval.max_tasks=4",
                      "rollout.servers_config=servers.yaml", "algo.steps=5", "algo.prompts_per_step=3")
     p = plan(cfg, prepare=True)
