@@ -104,3 +104,16 @@ def test_stats_and_convert_round_trip(live, tmp_path):
     bad.write_text(src.read_text() + "{oops\n")
     result = runner.invoke(app, ["convert", "--in", str(bad), "--out", str(tmp_path / "x.parquet")])
     assert result.exit_code == 1 and "row 5" in result.output and not (tmp_path / "x.parquet").exists()
+
+
+def test_a_row_that_is_not_utf8_is_one_problem_with_its_row_number(live, tmp_path):
+    """One bad byte used to fail the whole file with a byte offset (issue 49, finding 7); the other rows
+    are still checked."""
+    from mcprl.data.sample import write_samples
+
+    src = write_samples([good_row(live.tm.tools(), i, user=f"What is {i} plus 3?") for i in range(2)],
+                        tmp_path / "a.jsonl")
+    src.write_bytes(src.read_bytes() + b'{"data_source": "x\xff"}\n')
+    result = CliRunner().invoke(app, ["validate", "--in", str(src), "--no-servers"])
+    assert result.exit_code == 1 and "row 3" in result.output and "not UTF-8: byte 0xff" in result.output
+    assert "2 valid rows" in result.output

@@ -62,8 +62,13 @@ def iter_rows(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | Exceptio
     """Yield (row number from 1, row or the parse error) so one bad line never hides the others."""
     fmt = detect_format(path)
     if fmt == "jsonl":
-        with open(path, encoding="utf-8") as fh:
-            for i, line in enumerate(fh, start=1):
+        with open(path, "rb") as fh:  # bytes, so a row that is not UTF-8 is one bad row, with its number
+            for i, raw in enumerate(fh, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    yield i, ValueError(f"not UTF-8: byte 0x{raw[e.start]:02x} at column {e.start + 1}")
+                    continue
                 if not line.strip():
                     continue
                 try:
