@@ -254,3 +254,19 @@ def test_a_tool_that_keeps_its_own_time_answers_before_the_client_gives_up():
     assert result["ok"], result
     assert result["data"]["stdout"] == "partial\n" and "time limit" in result["data"]["stderr"]
     assert result["data"]["exit_code"] != 0 and result["latency_ms"] < 7000
+
+
+def test_a_server_that_hangs_at_start_fails_after_its_startup_timeout():
+    """A server stuck before initialize used to cost a fixed 60 s and retries (76 s seen) with no way to
+    shorten it (issue 49, finding 7); `startup_timeout_s` sets it, and a hung start is not retried."""
+    spec = ServerSpec(name="hang", command=sys.executable, args=["-c", "import time; time.sleep(60)"],
+                      startup_timeout_s=1)
+
+    async def go():
+        async with ToolManager(ServersConfig(servers=[spec])):
+            pass  # starting is what fails
+
+    t0 = time.perf_counter()
+    with pytest.raises(Exception, match=r"did not finish starting within 1 s \(startup_timeout_s"):
+        run(go())
+    assert time.perf_counter() - t0 < 10

@@ -37,6 +37,7 @@ class ServerSpec(BaseModel):
     url: str | None = Field(None, description="http: streamable-HTTP endpoint, e.g. http://127.0.0.1:7001/mcp.")
     headers: dict[str, str] = Field(default_factory=dict, description="http: headers; ${VAR} expands.")
     timeout_s: float = Field(20.0, gt=0, description="Default per-call timeout.")
+    startup_timeout_s: float = Field(60.0, gt=0, description="Seconds the server may take to start and initialize.")
     rate_limit_per_s: float | None = Field(None, gt=0, description="Client-side call rate cap.")
     max_concurrency: int = Field(16, ge=1, description="In-flight calls to this server at once.")
     retries: int = Field(2, ge=0, description="Retries when the server cannot be reached before a call is sent.")

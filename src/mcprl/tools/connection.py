@@ -20,9 +20,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from mcprl.tools.config import ServerSpec
-from mcprl.tools.errors import ServerUnavailable
+from mcprl.tools.errors import ServerCrashed, ServerUnavailable
 
-STARTUP_TIMEOUT_S = 60.0
 # What a dead transport looks like from the caller's side.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     anyio.ClosedResourceError,
@@ -75,7 +74,13 @@ class ServerConnection:
             self._stop = asyncio.Event()
             self._runner = asyncio.create_task(self._run(ready), name=f"mcp-{self.spec.name}")
             try:
-                self._session = await asyncio.wait_for(asyncio.shield(ready), STARTUP_TIMEOUT_S)
+                self._session = await asyncio.wait_for(asyncio.shield(ready), self.spec.startup_timeout_s)
+            except TimeoutError:  # a server that hangs at start is not retried: it would hang again
+                ready.cancel()  # nobody waits for it now
+                self._runner.cancel()  # stop it where it hangs, not after _shutdown's grace
+                await self._shutdown()
+                raise ServerCrashed(f"server '{self.spec.name}' did not finish starting within "
+                                    f"{self.spec.startup_timeout_s:g} s (startup_timeout_s in the servers config)") from None
             except BaseException:
                 await self._shutdown()
                 raise
