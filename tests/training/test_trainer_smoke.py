@@ -4,6 +4,7 @@ finite losses, checkpoints on disk, and an exact resume after a crash."""
 import dataclasses
 import json
 import math
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,6 +28,10 @@ SMOKE = ["data.generate.n_train=8", "data.generate.n_eval=1", "sft.max_steps=4",
          "algo.dynamic_sampling.max_sample_batches=1",
          "rollout.max_new_tokens=24", "rollout.max_turns=2", "eval.max_tasks=1", "logging.wandb.enabled=false",
          "logging.console_every=0", "model.threads=2"]
+
+
+FAKE_SECRETS = {"OPENAI_API_KEY": "sk-smoke-fake-openai-0123456789", "TAVILY_API_KEY": "tvly-smoke-fake-98765432",
+                "SLACK_BOT_TOKEN": "xoxb-smoke-fake-13572468", "WANDB_API_KEY": "wandb-smoke-fake-24681357abcdef"}
 
 
 def config(tmp_path, name, *extra):
@@ -66,7 +71,11 @@ def crash_then_resume(monkeypatch, cfg, phase: str, step: int, **kwargs) -> dict
 @pytest.fixture(scope="module", params=["full", pytest.param("lora", marks=pytest.mark.slow)])
 def trained(request, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp(f"smoke_{request.param}")
-    summary = trainer.train(config(tmp_path, "full", f"finetune.mode={request.param}"))
+    with pytest.MonkeyPatch.context() as env:  # fake keys for the secrets scan below; W&B offline, as a user's
+        for name, value in FAKE_SECRETS.items():
+            env.setenv(name, value)
+        summary = trainer.train(config(tmp_path, "full", f"finetune.mode={request.param}",
+                                       "logging.wandb.enabled=true", "logging.wandb.mode=offline"))
     run = tmp_path / "full"
     metrics = rows(run)
     return SimpleNamespace(mode=request.param, tmp_path=tmp_path, run=run, summary=summary,
@@ -192,3 +201,21 @@ def test_guard_ends_on_its_best_probe_and_a_resume_keeps_its_record(tmp_path, mo
 
     resumed = crash_then_resume(monkeypatch, config(tmp_path, "crashed", *guard), "grpo", 2)
     assert resumed["grpo_guard"]["probes"] == record["probes"]
+
+
+def test_no_secret_reaches_any_file_the_run_wrote(trained):
+    """The run had fake keys in its environment and W&B on (offline): no file of the run directory (the
+    W&B run, trajectories, checkpoints, config, summary, report) nor any server log holds a key, plainly,
+    base64-encoded or spaced out (issue 49's secrets scan)."""
+    import base64
+
+    forms = {name: [value, base64.b64encode(value.encode()).decode(), " ".join(value)]
+             for name, value in FAKE_SECRETS.items()}
+    files = [p for p in trained.run.rglob("*") if p.is_file()]
+    files += [p for p in (Path(tempfile.gettempdir()) / "mcprl-servers").glob("*.log")]
+    assert any("wandb" in p.parts for p in files) and len(files) > 20
+    for path in files:
+        data = path.read_bytes()
+        for name, variants in forms.items():
+            for form in variants:
+                assert form.encode() not in data, f"{name} ({form[:12]}...) in {path}"
