@@ -270,3 +270,23 @@ def test_a_server_that_hangs_at_start_fails_after_its_startup_timeout():
     with pytest.raises(Exception, match=r"did not finish starting within 1 s \(startup_timeout_s"):
         run(go())
     assert time.perf_counter() - t0 < 10
+
+
+def test_a_malformed_reply_is_reported_at_once_not_as_a_timeout():
+    """A line that is not JSON-RPC used to leave its call waiting for the whole timeout and then read as a
+    timeout (issue 49, finding 8). With the call alone in flight the line is its reply: it fails at once, as
+    a server error that says so."""
+    from pathlib import Path
+
+    garbling = str(Path(__file__).with_name("garbling_server.py"))
+
+    async def go():
+        async with ToolManager(ServersConfig(servers=[ServerSpec(name="g", command=sys.executable,
+                                                                 args=[garbling])])) as tm:
+            t0 = time.perf_counter()
+            garbled = await tm.execute_tool("garble", {}, timeout=30)
+            return garbled, time.perf_counter() - t0
+
+    garbled, seconds = run(go())
+    assert garbled["ok"] is False and garbled["error_type"] == "server_error", garbled
+    assert "malformed reply from server 'g'" in garbled["error"] and seconds < 10

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import tempfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import anyio
 import mcp.types as mt
@@ -45,6 +45,7 @@ class ServerConnection:
         self.spec = spec
         self.tools: list[mt.Tool] = []
         self.restarts = 0
+        self.malformed_replies = 0  # lines from the server that were no JSON-RPC message
         self._session: ClientSession | None = None
         self._runner: asyncio.Task | None = None
         self._stop: asyncio.Event | None = None
@@ -126,7 +127,7 @@ class ServerConnection:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 read, write = await self._open(stack)
-                session = await stack.enter_async_context(ClientSession(read, write))
+                session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._on_message))
                 await session.initialize()
                 self.tools = await _list_all_tools(session)
                 ready.set_result(session)
@@ -138,6 +139,20 @@ class ServerConnection:
                                                   f"{self._log_hint()}"))
         finally:
             self._session = None
+
+    async def _on_message(self, message: Any) -> None:
+        """A line from the server that is no JSON-RPC message would leave its call waiting for the full
+        timeout; when one call is in flight it must be that call's reply, so that call fails at once. With
+        several in flight the line names none of them, and they wait (the count says it happened)."""
+        if not isinstance(message, Exception):
+            return
+        self.malformed_replies += 1
+        pending = getattr(getattr(self._session, "_dispatcher", None), "_pending", None)
+        if pending is not None and len(pending) == 1:
+            (waiting,) = pending.values()
+            with contextlib.suppress(Exception):
+                waiting.send.send_nowait(mt.ErrorData(code=mt.PARSE_ERROR, message=f"malformed reply from server "
+                                                      f"'{self.spec.name}': {_describe(message)[:200]}"))
 
     def _log_hint(self) -> str:
         return f" (stderr: {server_log_path(self.spec.name)})" if self.spec.transport == "stdio" else ""

@@ -35,6 +35,12 @@ class ServerUnavailable(ServerCrashed):
     """The server could not be reached before the call was sent: safe to retry."""
 
 
+class MalformedReply(ToolError):
+    """The server answered with something that is not a JSON-RPC reply: its fault, reported at once."""
+
+    kind = "server_error"
+
+
 class NotRecorded(ToolError):
     kind = "not_recorded"
 

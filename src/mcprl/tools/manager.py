@@ -26,6 +26,7 @@ from mcprl.tools.config import ServersConfig, ServerSpec, load_servers_config
 from mcprl.tools.connection import CONNECTION_ERRORS, ServerConnection
 from mcprl.tools.errors import (
     InvalidArguments,
+    MalformedReply,
     NotRecorded,
     ServerCrashed,
     ServerUnavailable,
@@ -266,6 +267,8 @@ class ToolManager:
         except (asyncio.TimeoutError, TimeoutError) as e:
             raise ToolTimeout(f"{info.name!r} did not answer within {timeout:g}s") from e
         except MCPError as e:
+            if e.code == mt.PARSE_ERROR:
+                raise MalformedReply(f"{info.name!r}: {e.message}") from e
             if e.code in _TIMEOUT_CODES or "timed out" in e.message.lower():
                 raise ToolTimeout(f"{info.name!r} did not answer within {timeout:g}s") from e
             if any(m in e.message.lower() for m in _CLOSED_MARKERS):
