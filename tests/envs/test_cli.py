@@ -50,7 +50,6 @@ def test_judge_try_falls_back_when_the_endpoint_is_down(tmp_path):
 def test_env_check_failures_are_one_line(tmp_path):
     """A missing file, a row that is not a sample, an index past the end, a missing servers config: one
     `error:` line each, exit 2, no traceback (issue 49, finding 7)."""
-
     (tmp_path / "bad.jsonl").write_text('{"bad": 1}\n')
     good = str(dataset(tmp_path))
     for args, fragment in [

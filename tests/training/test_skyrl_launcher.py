@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
 from mcprl.envs.config import EnvConfig
-from mcprl.envs.mcp_env import ground_truth
 from mcprl.metric_names import short
+from mcprl.rewards.ground_truth import GroundTruth
 from mcprl.training import skyrl_launcher
 from mcprl.training.config import ConfigError, load_train_config
 from mcprl.training.skyrl_launcher import (
@@ -117,7 +117,7 @@ def test_prepare_writes_parquet_that_skyrls_dataset_and_the_env_read_back(tmp_pa
                             num_workers=1)
     messages, env_class, extras, _ = dataset[3]
     assert env_class == "mcp_tool_env" and messages == sample(3).prompt
-    assert ground_truth(extras) == sample(3).ground_truth
+    assert GroundTruth.read(extras).data == sample(3).ground_truth
     assert json.loads(extras["extra_info"]) == {"split": "train", "i": 3}
 
 

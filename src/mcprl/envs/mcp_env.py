@@ -25,7 +25,7 @@ from mcprl.episode import new_episode
 from mcprl.protocol.parsing import ParsedAction, parse_action
 from mcprl.protocol.prompt import call_example, tool_response
 from mcprl.rewards.base import Reward, RewardSettings, Step, StopReason
-from mcprl.rewards.ground_truth import GroundTruth, positive_int
+from mcprl.rewards.ground_truth import GroundTruth, json_mapping, positive_int
 from mcprl.rewards.registry import build_reward
 from mcprl.rewards.heuristic import names_match
 from mcprl.tools.config import ServersConfig, load_servers_config
@@ -37,12 +37,6 @@ _COUNTERS = ("tool_calls", "tool_ok", "tool_timeouts", "tool_errors", "unknown_t
              "malformed", "no_action")
 
 
-def ground_truth(extras: dict[str, Any]) -> dict[str, Any]:
-    """`reward_spec.ground_truth` as a mapping, whether SkyRL hands it over as a dict or (from parquet) a
-    JSON string; {} when it cannot be read (`GroundTruth.read` says why)."""
-    return GroundTruth.read(extras).data
-
-
 class MCPToolEnv(BaseTextEnv):
     def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None) -> None:
         super().__init__()
@@ -52,10 +46,9 @@ class MCPToolEnv(BaseTextEnv):
         if self.truth.problem:
             log.warning("task %r: %s; the episode runs unscored", self.truth.task_id, self.truth.problem)
         self.gt = self.truth.data
-        info = extras.get("extra_info") or {}
         try:
-            self.extra_info = json.loads(info) if isinstance(info, str) else dict(info)
-        except (json.JSONDecodeError, TypeError, ValueError):
+            self.extra_info = json_mapping(extras.get("extra_info"), "extra_info")
+        except ValueError:
             self.extra_info = {}
         limits = [t for t in (self.cfg.max_turns, self.truth.max_turns, positive_int(extras.get("max_turns"))) if t]
         self.max_turns = min(limits) if limits else 5

@@ -22,8 +22,8 @@ class GroundTruth:
     @classmethod
     def read(cls, extras: dict[str, Any]) -> GroundTruth:
         try:
-            spec = _mapping(extras.get("reward_spec"), "reward_spec")
-            return cls(_mapping(spec.get("ground_truth"), "reward_spec.ground_truth"))
+            spec = json_mapping(extras.get("reward_spec"), "reward_spec")
+            return cls(json_mapping(spec.get("ground_truth"), "reward_spec.ground_truth"))
         except ValueError as err:
             return cls({}, str(err))
 
@@ -47,7 +47,9 @@ class GroundTruth:
         return value if isinstance(value, str) else None
 
 
-def _mapping(value: Any, where: str) -> dict[str, Any]:
+def json_mapping(value: Any, where: str) -> dict[str, Any]:
+    """A row field SkyRL hands over as a mapping or (from parquet) JSON text; {} when empty; ValueError
+    naming `where` when it is neither."""
     if value is None or value == "":
         return {}
     if isinstance(value, (str, bytes)):

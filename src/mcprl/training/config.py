@@ -27,8 +27,8 @@ from mcprl.data.sample import FORMATS as DATA_FORMATS
 from mcprl.envs.config import EnvConfig
 from mcprl.errors import ConfigError, closest, suggest
 from mcprl.options import opt
-from mcprl.rewards.heuristic import HeuristicWeights
 from mcprl.rewards.base import RewardSettings
+from mcprl.rewards.heuristic import HeuristicWeights
 from mcprl.rewards.judge import JudgeConfig
 
 LRSchedule = Literal["constant", "cosine"]  # the schedules `trainer.optimizer_for` implements
@@ -619,9 +619,11 @@ def _move_renamed(raw: dict[str, Any]) -> None:
             target = raw
             for part in new_parents:
                 target = target.setdefault(part, {})
-            if isinstance(value, dict) and isinstance(target.get(new_last), dict):
-                value = {**value, **target[new_last]}
-            target[new_last] = target.get(new_last, value) if not isinstance(value, dict) else value
+            existing = target.get(new_last)
+            if isinstance(value, dict) and isinstance(existing, dict):
+                target[new_last] = {**value, **existing}  # both are sections: merged, the new one's keys win
+            else:
+                target.setdefault(new_last, value)
 
 
 def _unknown_key(where: str, key: str, known: typing.Iterable[str]) -> str:
