@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -63,3 +65,26 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def sandbox_processes() -> list[int]:
+    """Processes of sandbox runs (every one carries MCPRL_SANDBOX=1 in its environment)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if b"MCPRL_SANDBOX=1" in f.read().split(b"\0"):
+                    pids.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def none_left(within_s: float = 5.0) -> bool:
+    """No sandbox process is left (waiting up to `within_s` for the last to go)."""
+    deadline = time.monotonic() + within_s
+    while sandbox_processes():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -1,17 +1,19 @@
 """Run model-written Python in a contained subprocess and return its output; never hangs the caller.
 
-Each run gets a fresh temporary working directory (deleted afterwards), a scrubbed environment,
-an interpreter started with `-I -S` (no site-packages, no PYTHON* variables), rlimits (CPU, address
-space, file size, open files, processes) and a wall-clock timeout that kills the whole process group.
-Where the machine allows it, the run also gets its own network namespace (no network) and PID
-namespace (every process dies with the run) via `unshare`, and runs as `nobody` when we are root so
-that RLIMIT_NPROC bites (it never applies to root). What this machine supports is detected once per
-process (`isolation()`) and reported; see docs/servers.md for what is and is not enforced.
+Each run is owned by a supervisor process (`sandbox_supervisor.py`) that enforces the run's own
+deadline and kills the whole run when it ends, when its deadline passes, or when this server dies,
+whatever the server does in the meantime. Where the machine allows it (root with `unshare`), every run
+gets its own network, PID, IPC and mount namespaces, a private size-capped tmpfs for /tmp, /var/tmp and
+/dev/shm that vanishes with the run, a uid of its own (so concurrent runs cannot read, signal or starve
+each other), rlimits, no new privileges and a seccomp filter. What this machine supports is detected
+once per process (`isolation()`) and reported; docs/servers.md says what is and is not enforced.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import fcntl
 import functools
 import json
 import math
@@ -22,25 +24,30 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import BaseModel
 
-from mcprl.servers.errors import InvalidArgumentError
+from mcprl.servers.errors import InvalidArgumentError, ServiceError
+from mcprl.servers.sandbox_supervisor import PRIVATE_WORKDIR
 
 DEFAULT_TIMEOUT_S = 10.0
 MAX_TIMEOUT_S = 30.0
 MAX_CODE_CHARS = 100_000
-NOBODY = 65534
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+SUPERVISOR = str(Path(__file__).with_name("sandbox_supervisor.py"))
+# The supervisor ends the run at its deadline; this server waits that long plus GRACE_S before it kills
+# the supervisor itself, so the run's own limit always answers first, with its partial output.
+GRACE_S = 3.0
+# One uid per concurrent run, held with a lock file for the run's life (released even if the server dies).
+RUN_UIDS = range(1_600_000_000, 1_600_000_000 + 4096)
+UID_LOCKS = Path(tempfile.gettempdir()) / "mcprl-sandbox-uids"
 
-# Runs inside the sandbox before the user's code: apply the limits, then become the user's program.
-_BOOT = (
-    "import json, os, resource, sys\n"
-    "for name, value in json.loads(sys.argv[1]).items():\n"
-    "    resource.setrlimit(getattr(resource, name), (value, value))\n"
-    "os.execv(sys.executable, [sys.executable, '-I', '-S', sys.argv[2]])\n"
-)
+
+class SandboxError(ServiceError):
+    """The sandbox itself failed (not the code it ran): the run could not be set up."""
 
 
 @dataclass(frozen=True)
@@ -48,8 +55,9 @@ class SandboxLimits:
     """Per-run resource limits."""
 
     memory_mb: int = 512  # RLIMIT_AS per process
-    max_processes: int = 64  # extra tasks the run may create (RLIMIT_NPROC over the uid's current count)
+    max_processes: int = 64  # tasks the run may create (RLIMIT_NPROC over its uid's count at launch)
     max_file_mb: int = 16  # RLIMIT_FSIZE: largest file (and captured output) a process may write
+    max_disk_mb: int = 64  # the private tmpfs holding the run directory, /tmp, /var/tmp and /dev/shm
     max_open_files: int = 256
     max_output_chars: int = 4000  # per stream, after which the middle is cut and a marker inserted
 
@@ -69,15 +77,20 @@ class Isolation:
     """How runs are contained on this machine (detected once per process)."""
 
     prefix: tuple[str, ...]  # wrapper command, e.g. unshare with namespace flags
-    python: str  # interpreter that the sandbox user can execute
-    user: int | None  # uid to switch to via Popen (root without unshare)
+    python: str  # interpreter the run's script executes (its uid must be able to execute it)
+    own_uid: bool  # each run gets a uid of its own (needs root)
     network_isolated: bool
     pid_namespace: bool
-    runs_as: str  # "nobody", or "self" when privileges are not dropped
+    private_tmp: bool  # a private tmpfs for /tmp, /var/tmp and /dev/shm, gone with the run
     nproc_enforced: bool
+    syscall_filter: bool = False  # seccomp applied (learnt from the probe's run)
 
-    def command(self, *args: str) -> list[str]:
-        return [*self.prefix, self.python, "-I", "-S", *args]
+    @property
+    def runs_as(self) -> str:
+        return "own uid" if self.own_uid else "self"
+
+    def command(self, config: dict) -> list[str]:
+        return [*self.prefix, sys.executable, "-I", "-S", SUPERVISOR, json.dumps(config)]
 
 
 def _pythons() -> list[str]:
@@ -94,51 +107,62 @@ def _pythons() -> list[str]:
 def _candidates() -> list[Isolation]:
     """Strongest first; the last one needs nothing and always works."""
     root, unshare = os.geteuid() == 0, shutil.which("unshare")
-    namespaces = ("--net", "--pid", "--fork", "--kill-child", "--mount-proc")
+    namespaces = ("--net", "--pid", "--ipc", "--mount", "--fork", "--kill-child", "--mount-proc")
     out = []
     if unshare and root:
-        drop = (unshare, *namespaces, f"--setgid={NOBODY}", f"--setuid={NOBODY}", "--")
-        out += [Isolation(drop, py, None, True, True, "nobody", True) for py in _pythons()]
-        out.append(Isolation((unshare, *namespaces, "--"), sys.executable, None, True, True, "self", False))
+        ns = (unshare, *namespaces, "--")
+        out += [Isolation(ns, py, True, True, True, True, True) for py in _pythons()]
+        out.append(Isolation(ns, sys.executable, False, True, True, True, False))
     if unshare and not root:
-        out.append(
-            Isolation((unshare, "--user", "--map-root-user", *namespaces, "--"), sys.executable, None, True, True, "self", True)
-        )
+        userns = (unshare, "--user", "--map-root-user", *namespaces, "--")
+        out.append(Isolation(userns, sys.executable, False, True, True, True, True))
     if root:
-        out += [Isolation((), py, NOBODY, False, False, "nobody", True) for py in _pythons()]
-    out.append(Isolation((), sys.executable, None, False, False, "self", not root))
+        out += [Isolation((), py, True, False, False, False, True) for py in _pythons()]
+    out.append(Isolation((), sys.executable, False, False, False, False, not root))
     return out
 
 
-def _works(iso: Isolation) -> bool:
+def _works(iso: Isolation) -> Isolation | None:
+    """`iso` as it ran (with whether the filter applied), or None if a run fails in this mode."""
     try:
-        done = subprocess.run(
-            iso.command("-c", "print('ok')"),
-            capture_output=True,
-            timeout=15,
-            env={"PATH": SAFE_PATH},
-            cwd="/",
-            **_user_kwargs(iso),
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0 and done.stdout.strip() == b"ok"
+        result, status = _launch(iso, "print('ok')", 10.0, SandboxLimits())
+    except (OSError, SandboxError, subprocess.SubprocessError):
+        return None
+    if result.exit_code != 0 or result.stdout != "ok\n":
+        return None
+    return dataclasses.replace(iso, syscall_filter=bool(status.get("filter")))
 
 
 @functools.cache
 def isolation() -> Isolation:
     """The strongest containment that works here; probed once, then cached."""
     candidates = _candidates()
-    return next((iso for iso in candidates[:-1] if _works(iso)), candidates[-1])
+    for iso in candidates[:-1]:
+        if (worked := _works(iso)) is not None:
+            return worked
+    return _works(candidates[-1]) or candidates[-1]
 
 
-def _user_kwargs(iso: Isolation) -> dict:
-    return {"user": iso.user, "group": iso.user, "extra_groups": []} if iso.user is not None else {}
-
-
-def run_uid(iso: Isolation) -> int:
-    """The uid a sandbox run's tasks count against (RLIMIT_NPROC is per uid)."""
-    return NOBODY if iso.runs_as == "nobody" else os.getuid()
+@contextlib.contextmanager
+def _run_uid(iso: Isolation) -> Iterator[int | None]:
+    """A uid no other run on this machine holds now (None: the run keeps the server's identity)."""
+    if not iso.own_uid:
+        yield None
+        return
+    UID_LOCKS.mkdir(mode=0o700, exist_ok=True)
+    for uid in RUN_UIDS:
+        fd = os.open(UID_LOCKS / str(uid), os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            yield uid
+        finally:
+            os.close(fd)  # releases the lock
+        return
+    raise SandboxError(f"all {len(RUN_UIDS)} sandbox uids are in use: too many concurrent runs")
 
 
 def _tasks_of(uid: int) -> int:
@@ -154,7 +178,7 @@ def _tasks_of(uid: int) -> int:
     return count
 
 
-def _rlimits(iso: Isolation, limits: SandboxLimits, timeout_s: float) -> dict[str, int]:
+def _rlimits(iso: Isolation, uid: int | None, limits: SandboxLimits, timeout_s: float) -> dict[str, int]:
     mib = 1024 * 1024
     out = {
         "RLIMIT_CPU": math.ceil(timeout_s) + 1,
@@ -164,7 +188,7 @@ def _rlimits(iso: Isolation, limits: SandboxLimits, timeout_s: float) -> dict[st
         "RLIMIT_CORE": 0,
     }
     if iso.nproc_enforced:
-        out["RLIMIT_NPROC"] = _tasks_of(run_uid(iso)) + limits.max_processes
+        out["RLIMIT_NPROC"] = _tasks_of(os.getuid() if uid is None else uid) + limits.max_processes
     return out
 
 
@@ -196,7 +220,7 @@ def _kill_group(pgid: int) -> None:
 
 
 def _remove(path: str) -> None:
-    """Delete a run's directory even if the code made parts of it unreadable."""
+    """Delete a run's directory whatever the code did to it (unreadable parts, thousands of levels)."""
 
     def fix(func, target, _exc) -> None:
         os.chmod(os.path.dirname(target), 0o700)
@@ -204,7 +228,78 @@ def _remove(path: str) -> None:
             os.chmod(target, 0o700)
         func(target)
 
-    shutil.rmtree(path, onerror=fix)
+    try:
+        shutil.rmtree(path, onerror=fix)
+    except (OSError, RecursionError):  # shutil recurses per level; coreutils does not
+        subprocess.run(["chmod", "-R", "u+rwx", path], capture_output=True)
+        subprocess.run(["rm", "-rf", "--one-file-system", path], capture_output=True)
+
+
+def _read_status(fd: int) -> dict:
+    with os.fdopen(fd, "rb") as f:
+        line = f.read().decode("utf-8", errors="replace").strip()
+    return json.loads(line) if line else {}
+
+
+def _launch(iso: Isolation, code: str, timeout_s: float, limits: SandboxLimits) -> tuple[SandboxResult, dict]:
+    """One run under its supervisor: the result and the supervisor's status line."""
+    env = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "MCPRL_SANDBOX": "1"}
+    with contextlib.ExitStack() as stack:
+        uid = stack.enter_context(_run_uid(iso))
+        workdir = None
+        if not iso.private_tmp:
+            workdir = tempfile.mkdtemp(prefix="mcprl-sandbox-")
+            stack.callback(_remove, workdir)
+        source, out, err = (stack.enter_context(tempfile.TemporaryFile()) for _ in range(3))
+        source.write(code.encode("utf-8", errors="surrogatepass"))
+        source.seek(0)
+        lifeline_r, lifeline_w = os.pipe()  # the write end never leaves this process: EOF = we died
+        stack.callback(os.close, lifeline_w)
+        status_r, status_w = os.pipe()
+        config = {
+            "timeout_s": timeout_s, "uid": uid, "python": iso.python, "workdir": workdir,
+            "disk_mb": limits.max_disk_mb, "pid_namespace": iso.pid_namespace,
+            "rlimits": _rlimits(iso, uid, limits, timeout_s), "env": env,
+            "lifeline_fd": lifeline_r, "status_fd": status_w,
+        }  # fmt: skip
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                iso.command(config), cwd="/", env=env, stdin=source, stdout=out, stderr=err,
+                pass_fds=(lifeline_r, status_w), start_new_session=True,
+            )  # fmt: skip
+        finally:
+            os.close(lifeline_r)
+            os.close(status_w)
+        if not _wait(proc.pid, start + timeout_s + GRACE_S):
+            _kill_group(proc.pid)  # the supervisor is stuck: end it and, with it, the run
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)  # never block the server on an unkillable process
+        status = _read_status(status_r)
+        duration_ms = int((time.monotonic() - start) * 1000)
+        cap = limits.max_file_mb * 1024 * 1024
+        out.seek(0)
+        err.seek(0)
+        stdout, cut_out = _clip(out.read(cap), limits.max_output_chars)
+        stderr, cut_err = _clip(err.read(cap), limits.max_output_chars)
+    # Tracebacks name the script by its directory: cut it, so equal code fails with equal text
+    # (seeded rollouts repeat) and the model reads `File "main.py"`.
+    stderr = stderr.replace((workdir or PRIVATE_WORKDIR) + os.sep, "")
+    if "setup_error" in status:
+        raise SandboxError(f"the sandbox could not set up the run: {status['setup_error']}")
+    timed_out = status.get("ended", "deadline") == "deadline"
+    if timed_out:
+        stderr += f"\n[killed: the run exceeded its {timeout_s:g} s time limit]"
+    result = SandboxResult(
+        stdout=stdout,
+        stderr=stderr,
+        exit_code=status.get("exit_code", -signal.SIGKILL),
+        timed_out=timed_out,
+        truncated=cut_out or cut_err,
+        duration_ms=duration_ms,
+        network_isolated=iso.network_isolated,
+    )
+    return result, status
 
 
 def run_python(code: str, timeout_s: float = DEFAULT_TIMEOUT_S, limits: SandboxLimits = SandboxLimits()) -> SandboxResult:
@@ -215,52 +310,4 @@ def run_python(code: str, timeout_s: float = DEFAULT_TIMEOUT_S, limits: SandboxL
         )
     if len(code) > MAX_CODE_CHARS:
         raise InvalidArgumentError(f"code is {len(code)} characters: the limit is {MAX_CODE_CHARS}")
-    iso = isolation()
-    workdir = tempfile.mkdtemp(prefix="mcprl-sandbox-")
-    try:
-        script = os.path.join(workdir, "main.py")
-        with open(script, "w", encoding="utf-8") as f:
-            f.write(code)
-        if iso.runs_as == "nobody":
-            os.chown(workdir, NOBODY, NOBODY)
-            os.chown(script, NOBODY, NOBODY)
-        env = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
-        limits_arg = json.dumps(_rlimits(iso, limits, timeout_s))
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            start = time.monotonic()
-            proc = subprocess.Popen(
-                iso.command("-c", _BOOT, limits_arg, script),
-                cwd=workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                **_user_kwargs(iso),
-            )
-            timed_out = not _wait(proc.pid, start + timeout_s)
-            _kill_group(proc.pid)  # the timeout, or stragglers the script left behind
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)  # after SIGKILL; never block the server on an unkillable process
-            duration_ms = int((time.monotonic() - start) * 1000)
-            cap = limits.max_file_mb * 1024 * 1024
-            out.seek(0)
-            err.seek(0)
-            stdout, cut_out = _clip(out.read(cap), limits.max_output_chars)
-            stderr, cut_err = _clip(err.read(cap), limits.max_output_chars)
-            # Tracebacks name the script by its random directory: cut it, so equal code fails with equal
-            # text (seeded rollouts repeat) and the model reads `File "main.py"`.
-            stderr = stderr.replace(workdir + os.sep, "")
-    finally:
-        _remove(workdir)
-    if timed_out:
-        stderr += f"\n[killed: the run exceeded its {timeout_s:g} s time limit]"
-    return SandboxResult(
-        stdout=stdout,
-        stderr=stderr,
-        exit_code=proc.returncode if proc.returncode is not None else -signal.SIGKILL,
-        timed_out=timed_out,
-        truncated=cut_out or cut_err,
-        duration_ms=duration_ms,
-        network_isolated=iso.network_isolated,
-    )
+    return _launch(isolation(), code, timeout_s, limits)[0]
