@@ -5,6 +5,10 @@ posts apart), so concurrent rollouts neither see each other's writes nor shift e
 (a post's timestamp), and an episode's tool results depend only on its own calls: the same actions give
 the same observations whatever ran before or beside it. Calls without the key share one state, as any
 other MCP client (an IDE, `mcprl tools call`) expects. Servers that do not know the key ignore it.
+
+Episode state must also survive a crash of the server: the client gives every stdio server it starts a
+directory in `$MCPRL_STATE_DIR` that outlives restarts of that server; a stateful server journals its
+changes there and replays them when it starts again.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 EPISODE_META_KEY = "mcprl/episode"
+STATE_DIR_ENV = "MCPRL_STATE_DIR"
 
 
 def new_episode() -> str:

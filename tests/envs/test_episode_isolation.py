@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
+import signal
 
 import pytest
 import skyrl_gym
@@ -12,6 +15,7 @@ import yaml
 import mcprl.envs  # noqa: F401 - registers mcp_tool_env
 from mcprl.protocol.parsing import format_tool_call
 from mcprl.tools.config import ServersConfig, our_server_spec
+from mcprl.tools.manager import ToolManager
 
 
 @pytest.fixture(scope="module")
@@ -51,3 +55,39 @@ def test_episodes_do_not_see_each_others_posts(slack_config):
     again = episode(slack_config)
     assert observe(again, "post_message", channel="general", text="zebra-9 hedge closed") == posted
     assert observe(again, "search_messages", query="zebra-9")["total"] == 1
+
+
+def _server_pid(state_dir) -> int:
+    """The server process a connection started: the one given that connection's state directory."""
+    marker = f"MCPRL_STATE_DIR={state_dir}".encode()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    return int(entry)
+        except OSError:
+            continue
+    raise AssertionError(f"no server with {marker!r}")
+
+
+def test_a_server_crash_loses_no_episodes_posts(slack_config):
+    """Issue 49, finding 3: a restart of the offline Slack used to drop every episode's posts."""
+
+    async def go():
+        async with ToolManager(slack_config) as tm:
+            posted = [await tm.execute_tool("post_message", {"channel": "general", "text": f"kiwi-{i} done"},
+                                            episode=f"ep{i}") for i in range(3)]
+            pid = _server_pid(tm._conns["slack"]._state_dir)
+            os.kill(pid, signal.SIGKILL)
+            await asyncio.sleep(0.3)
+            found = [await tm.execute_tool("search_messages", {"query": f"kiwi-{i}"}, episode=f"ep{i}") for i in range(3)]
+            later = await tm.execute_tool("post_message", {"channel": "general", "text": "kiwi-0 again"}, episode="ep0")
+            other = await tm.execute_tool("search_messages", {"query": "kiwi-1"}, episode="ep0")
+            return posted, found, later, other, tm.restarts()
+
+    posted, found, later, other, restarts = asyncio.run(go())
+    assert restarts == {"slack": 1}
+    for sent, hit in zip(posted, found):
+        assert hit["ok"] and hit["data"]["total"] == 1 and hit["data"]["matches"][0]["ts"] == sent["data"]["ts"]
+    assert float(later["data"]["ts"]) == float(posted[0]["data"]["ts"]) + 1  # the episode's second post, as without a crash
+    assert other["data"]["total"] == 0  # still each episode's own

@@ -200,3 +200,21 @@ def test_slack_refuses_what_slack_refuses():
         ws.post("general", "   ")
     with pytest.raises(InvalidArgumentError, match="limit 0"):
         ws.history("general", 0)
+
+
+def test_slack_journal_replays_posts_and_resets_after_a_restart(tmp_path):
+    from mcprl.servers.offline.slack import Workspace
+
+    journal = tmp_path / "slack-0.jsonl"
+    first = Workspace(seed=0, journal=journal)
+    kept = first.post("general", "kiwi kept", episode="a")
+    first.post("general", "kiwi dropped", episode="b")
+    first.reset("b")
+    with journal.open("a") as f:
+        f.write('{"op": "post", "channel": "C0')  # a crash cut the last write short
+    again = Workspace(seed=0, journal=journal)
+    assert [m.ts for m in again.search("kiwi", episode="a")[1]] == [kept.ts]
+    assert again.search("kiwi", episode="b")[0] == 0
+    following = again.post("general", "kiwi next", episode="a")
+    assert following.ts != kept.ts
+    assert [m.ts for m in Workspace(seed=0, journal=journal).search("kiwi", episode="a")[1]] == [following.ts, kept.ts]

@@ -6,12 +6,15 @@ to them for people browsing the repository, so there is one copy to edit.
 
 from __future__ import annotations
 
+import os
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcprl.episode import STATE_DIR_ENV
 from mcprl.servers.errors import InvalidArgumentError, NotFoundError, suggest
 
 if TYPE_CHECKING:
@@ -111,7 +114,13 @@ def build_server(name: str, backend: str = "offline", seed: int = 0) -> MCPServe
     from mcprl.servers.backends.slack import LiveSlack, OfflineSlack
     from mcprl.servers.offline.slack import Workspace
 
-    return slack.create_server(LiveSlack(api) if api else OfflineSlack(Workspace(seed=seed)))
+    return slack.create_server(LiveSlack(api) if api else OfflineSlack(Workspace(seed=seed, journal=_journal("slack", seed))))
+
+
+def _journal(name: str, seed: int) -> Path | None:
+    """Where a stateful offline server keeps its changes so that a restart loses none (None: not kept)."""
+    state_dir = os.environ.get(STATE_DIR_ENV)
+    return Path(state_dir) / f"{name}-{seed}.jsonl" if state_dir else None
 
 
 def serve(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Any
@@ -19,6 +20,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from mcprl.episode import STATE_DIR_ENV
 from mcprl.tools.config import ServerSpec
 from mcprl.tools.errors import ServerCrashed, ServerUnavailable
 
@@ -51,6 +53,7 @@ class ServerConnection:
         self._stop: asyncio.Event | None = None
         self._lock = asyncio.Lock()
         self._errlog: IO[str] | None = None
+        self._state_dir: Path | None = None  # kept across restarts: a stateful server journals there
 
     @property
     def alive(self) -> bool:
@@ -96,6 +99,9 @@ class ServerConnection:
     async def close(self) -> None:
         async with self._lock:
             await self._shutdown()
+            if self._state_dir is not None:
+                shutil.rmtree(self._state_dir, ignore_errors=True)
+                self._state_dir = None
 
     async def _shutdown(self) -> None:
         self._session = None
@@ -118,8 +124,10 @@ class ServerConnection:
         if spec.transport == "http":
             client = await stack.enter_async_context(create_mcp_http_client(headers=spec.resolved_headers() or None))
             return await stack.enter_async_context(streamable_http_client(spec.url, http_client=client))
-        params = StdioServerParameters(command=spec.command, args=spec.args, env=spec.resolved_env() or None,
-                                       cwd=spec.cwd)
+        if self._state_dir is None:
+            self._state_dir = Path(tempfile.mkdtemp(prefix=f"mcprl-state-{spec.name}-"))
+        env = {STATE_DIR_ENV: str(self._state_dir), **spec.resolved_env()}
+        params = StdioServerParameters(command=spec.command, args=spec.args, env=env, cwd=spec.cwd)
         self._errlog = server_log_path(spec.name).open("a")
         return await stack.enter_async_context(stdio_client(params, errlog=self._errlog))
 

@@ -4,7 +4,9 @@ Market messages quote `MarketData`, so a close price seen in #markets matches po
 The seeded history is fixed; agents' posts are kept per episode (`mcprl.episode`): an episode reads the
 seeded history plus its own posts, never another episode's, and `reset()` restores the seeded state.
 Timestamps come from fixed dates and the episode's post count, never from the clock, so an episode's
-results depend only on its own calls.
+results depend only on its own calls. With a journal (a file the client keeps across restarts of this
+server: `$MCPRL_STATE_DIR`), every post and reset is appended to it and replayed at start, so a server
+that crashed and restarted mid-rollout still holds every episode's posts.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import hashlib
+import json
 import random
 import re
 import statistics
@@ -19,6 +22,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 from mcprl.servers.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError, suggest
 from mcprl.servers.offline.market import MarketData
@@ -124,7 +128,7 @@ class Workspace:
     its own, bounded by `MAX_EPISODES` (rollouts never end with a call, so the oldest are dropped).
     """
 
-    def __init__(self, market: MarketData | None = None, seed: int = 0) -> None:
+    def __init__(self, market: MarketData | None = None, seed: int = 0, journal: Path | None = None) -> None:
         self.market = market if market is not None else MarketData(seed)
         self.users = _USERS
         self.channels = _CHANNELS
@@ -133,6 +137,32 @@ class Workspace:
         self._lock = threading.Lock()
         self._shared: list[Message] = []
         self._episodes: OrderedDict[str, list[Message]] = OrderedDict()
+        self._journal = None
+        if journal is not None:
+            self._replay(journal)
+            self._journal = journal.open("a", encoding="utf-8")
+            if journal.stat().st_size and not journal.read_bytes().endswith(b"\n"):
+                self._journal.write("\n")  # end the line a crash cut short, or the next entry would join it
+
+    def _replay(self, journal: Path) -> None:
+        """Redo the journal's posts and resets; a line cut by a crash mid-write is the last one, and skipped."""
+        if not journal.exists():
+            return
+        for line in journal.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry["op"] == "post":
+                self.post(entry["channel"], entry["text"], entry["user"], entry["episode"])
+            else:
+                self.reset(entry["episode"])
+
+    def _record(self, **entry: object) -> None:
+        """Append one change (call with the lock held); a whole line per write, so a crash cuts at most one."""
+        if self._journal is not None:
+            self._journal.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            self._journal.flush()
 
     @cached_property
     def _seeded(self) -> tuple[Message, ...]:
@@ -221,6 +251,7 @@ class Workspace:
             posts = self._posts(episode)
             msg = Message(ch.id, f"{_NOW_EPOCH + len(posts) + 1}.000000", self._users_by_name[user].id, text)
             posts.append(msg)
+            self._record(op="post", channel=ch.id, text=text, user=user, episode=episode)
         return msg
 
     def reset(self, episode: str | None = None) -> int:
@@ -231,6 +262,7 @@ class Workspace:
                 self._episodes.clear()
             else:
                 self._episodes.pop(episode, None)
+            self._record(op="reset", episode=episode)
             return len(self._seeded)
 
     def _active(self) -> str:
