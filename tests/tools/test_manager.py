@@ -272,10 +272,12 @@ def test_a_server_that_hangs_at_start_fails_after_its_startup_timeout():
     assert time.perf_counter() - t0 < 10
 
 
-def test_a_malformed_reply_is_reported_at_once_not_as_a_timeout():
-    """A line that is not JSON-RPC used to leave its call waiting for the whole timeout and then read as a
-    timeout (issue 49, finding 8). With the call alone in flight the line is its reply: it fails at once, as
-    a server error that says so."""
+@pytest.mark.parametrize("tool, says", [("garble", "no valid JSON-RPC message"), ("null_result", "no valid JSON-RPC message"),
+                                        ("wrong_id", "request id 10005, which was never sent")])
+def test_a_malformed_reply_is_reported_at_once_not_as_a_timeout(tool, says):
+    """A line that is not JSON-RPC, a null result or a reply for an id never sent used to leave its call
+    waiting for the whole timeout and then read as a timeout (issue 49, finding 8). With the call alone in
+    flight the line is its reply: it fails at once, as a server error that says so."""
     from pathlib import Path
 
     garbling = str(Path(__file__).with_name("garbling_server.py"))
@@ -284,9 +286,31 @@ def test_a_malformed_reply_is_reported_at_once_not_as_a_timeout():
         async with ToolManager(ServersConfig(servers=[ServerSpec(name="g", command=sys.executable,
                                                                  args=[garbling])])) as tm:
             t0 = time.perf_counter()
-            garbled = await tm.execute_tool("garble", {}, timeout=30)
-            return garbled, time.perf_counter() - t0
+            # the id of the fifth request: initialize, tools/list, then this call after two of its own
+            for _ in range(2):
+                await tm.execute_tool("null_result", {}, timeout=30)
+            garbled = await tm.execute_tool(tool, {}, timeout=30)
+            return garbled, time.perf_counter() - t0, tm._conns["g"].malformed_replies
 
-    garbled, seconds = run(go())
+    garbled, seconds, counted = run(go())
     assert garbled["ok"] is False and garbled["error_type"] == "server_error", garbled
-    assert "malformed reply from server 'g'" in garbled["error"] and seconds < 10
+    assert "malformed reply from server 'g'" in garbled["error"] and says in garbled["error"], garbled
+    assert seconds < 10 and counted == 3
+
+
+def test_a_large_run_python_result_keeps_its_fields():
+    """Issue 49, finding 8: a large output reached the model as a cut JSON string, exit code and stderr lost."""
+    from mcprl.tools.config import our_server_spec
+
+    code = "import sys\nprint('o' * 3990)\nprint('e' * 3990 + 'END', file=sys.stderr)\nsys.exit(3)"
+
+    async def go():
+        async with ToolManager(ServersConfig(servers=[our_server_spec("python", "stdio")])) as tm:
+            return await tm.execute_tool("run_python", {"code": code})
+
+    result = run(go())
+    data = result["data"]
+    assert result["ok"] and result["truncated"] and isinstance(data, dict), result
+    assert data["exit_code"] == 3 and data["timed_out"] is False and data["stderr"].endswith("END\n")
+    assert "characters truncated" in data["stdout"] + data["stderr"]
+    assert len(json.dumps(data, ensure_ascii=False)) <= our_server_spec("python", "stdio").max_result_chars

@@ -137,6 +137,7 @@ class ServerConnection:
                 read, write = await self._open(stack)
                 session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._on_message))
                 await session.initialize()
+                self._watch_reply_ids(session)
                 self.tools = await _list_all_tools(session)
                 ready.set_result(session)
                 assert self._stop is not None
@@ -149,18 +150,38 @@ class ServerConnection:
             self._session = None
 
     async def _on_message(self, message: Any) -> None:
-        """A line from the server that is no JSON-RPC message would leave its call waiting for the full
-        timeout; when one call is in flight it must be that call's reply, so that call fails at once. With
-        several in flight the line names none of them, and they wait (the count says it happened)."""
-        if not isinstance(message, Exception):
+        """A line from the server that is no JSON-RPC message (invalid JSON, `result: null`) is a reply gone
+        wrong; the call it was meant for would wait for its whole timeout."""
+        if isinstance(message, Exception):
+            self._malformed(f"a line that is no valid JSON-RPC message ({_describe(message).splitlines()[0][:120]})")
+
+    def _watch_reply_ids(self, session: ClientSession) -> None:
+        """A reply for a request id this session never sent answers nobody: the SDK drops it, and the call it
+        was meant for waits for its whole timeout. (A late reply to a call that timed out is not one of these.)"""
+        dispatcher = getattr(session, "_dispatcher", None)
+        resolve = getattr(dispatcher, "_resolve_pending", None)
+        if resolve is None:  # another SDK version: replies are routed as it does
             return
+
+        def checked(request_id: Any, outcome: Any) -> None:
+            issued = isinstance(request_id, int) and 0 < request_id <= getattr(dispatcher, "_next_id", 0)
+            if request_id is not None and not issued:
+                self._malformed(f"a reply for request id {request_id!r}, which was never sent")
+                return
+            resolve(request_id, outcome)
+
+        dispatcher._resolve_pending = checked
+
+    def _malformed(self, what: str) -> None:
+        """Count a malformed reply; with one call in flight it must be that call's, so that call fails at
+        once. With several in flight it names none of them, and they wait (the count says it happened)."""
         self.malformed_replies += 1
         pending = getattr(getattr(self._session, "_dispatcher", None), "_pending", None)
         if pending is not None and len(pending) == 1:
             (waiting,) = pending.values()
             with contextlib.suppress(Exception):
                 waiting.send.send_nowait(mt.ErrorData(code=mt.PARSE_ERROR, message=f"malformed reply from server "
-                                                      f"'{self.spec.name}': {_describe(message)[:200]}"))
+                                                      f"'{self.spec.name}': {what[:200]}"))
 
     def _log_hint(self) -> str:
         return f" (stderr: {server_log_path(self.spec.name)})" if self.spec.transport == "stdio" else ""

@@ -297,8 +297,31 @@ def _to_result(raw: mt.CallToolResult, max_chars: int) -> dict[str, Any]:
     encoded = json.dumps(data, ensure_ascii=False, default=str)
     if len(encoded) <= max_chars:
         return {"ok": True, "data": data, "truncated": False}
+    if isinstance(data, dict) and (fitted := _fit_fields(data, max_chars)) is not None:
+        return {"ok": True, "data": fitted, "truncated": True}
     return {"ok": True, "data": _truncate(data if isinstance(data, str) else encoded, max_chars)[0],
             "truncated": True}
+
+
+def _fit_fields(data: dict[str, Any], max_chars: int) -> dict[str, Any] | None:
+    """`data` within `max_chars` of JSON with its shape kept: its longest text fields are cut (head and tail
+    kept, a marker between), so short fields such as an exit code survive. None if that is not enough."""
+    fitted = dict(data)
+    while (excess := len(json.dumps(fitted, ensure_ascii=False, default=str)) - max_chars) > 0:
+        texts = [k for k, v in fitted.items() if isinstance(v, str) and len(v) > MIN_KEPT_CHARS]
+        if not texts:
+            return None
+        key = max(texts, key=lambda k: len(fitted[k]))
+        fitted[key] = _cut_middle(fitted[key], max(MIN_KEPT_CHARS, len(fitted[key]) - excess - 48))
+    return fitted
+
+
+def _cut_middle(text: str, keep: int) -> str:
+    head, tail = keep * 3 // 4, keep // 4
+    return f"{text[:head]}[... {len(text) - head - tail} characters truncated ...]{text[len(text) - tail:]}"
+
+
+MIN_KEPT_CHARS = 64  # a text field is never cut below this
 
 
 def _truncate(text: str, max_chars: int) -> tuple[str, bool]:
