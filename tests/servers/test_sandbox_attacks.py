@@ -263,12 +263,15 @@ def _script_pid(within_s: float = 10.0) -> int:
     raise AssertionError("no sandbox script started")
 
 
-SLEEPER = "from mcprl.servers import sandbox\nsandbox.run_python('import time\\ntime.sleep(60)', timeout_s=30)"
-
-
-def _start_server() -> subprocess.Popen:
+def _start_server(timeout_s: float = 30) -> subprocess.Popen:
+    """A process that runs one sleeping script in the sandbox, started once its isolation probe (a run of
+    its own) is done, so the run found next is that script."""
+    code = ("import sys\nfrom mcprl.servers import sandbox\nsandbox.isolation()\nprint('probed', flush=True)\n"
+            f"sandbox.run_python('import time\\ntime.sleep(60)', timeout_s={timeout_s})")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.Popen([sys.executable, "-c", SLEEPER], env=env)
+    server = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    assert server.stdout.readline() == "probed\n"
+    return server
 
 
 def test_a_run_dies_with_its_server():
@@ -301,9 +304,7 @@ def test_a_run_dies_when_its_wrapper_is_killed():
 
 def test_a_run_ends_at_its_own_deadline_whatever_the_server_does():
     """The supervisor, not the server, ends the run: a stopped (SIGSTOP) server still sees its runs end."""
-    code = "from mcprl.servers import sandbox\nsandbox.run_python('import time\\ntime.sleep(60)', timeout_s=1)"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    server = subprocess.Popen([sys.executable, "-c", code], env=env)
+    server = _start_server(timeout_s=1)
     try:
         _script_pid()
         server.send_signal(signal.SIGSTOP)

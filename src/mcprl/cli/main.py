@@ -18,6 +18,11 @@ from mcprl.cli.tools import app as tools_app
 from mcprl.cli.train import train_command
 from mcprl.errors import McprlError
 
+try:  # typer 0.2x raises its vendored click's exceptions; earlier typers, click's own
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_exceptions
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Train LLM agents with RL on MCP tools.")
 servers_app.command("up")(launcher.up)
 servers_app.command("check")(launcher.check)
@@ -45,12 +50,27 @@ def prepare_models() -> None:
 
 
 def main() -> None:
-    """`mcprl`: any typed error a command did not handle itself becomes one line on stderr and its exit code."""
+    """`mcprl`: a usage mistake or a typed error a command did not handle becomes one line on stderr and
+    its exit code; `mcprl` or a group alone still prints its help."""
     try:
-        app()
+        code = app(standalone_mode=False)
+    except click_exceptions.NoArgsIsHelpError as err:
+        typer.echo(err.ctx.get_help())
+        sys.exit(0)
+    except click_exceptions.UsageError as err:
+        where = f" (see: {err.ctx.command_path} --help)" if err.ctx is not None else ""
+        print_error(McprlError(f"{err.format_message()}{where}"))
+        sys.exit(err.exit_code)
+    except click_exceptions.ClickException as err:
+        print_error(McprlError(err.format_message()))
+        sys.exit(err.exit_code)
+    except typer.Abort:
+        print_error(McprlError("aborted"))
+        sys.exit(130)
     except McprlError as err:
         print_error(err)
         sys.exit(err.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
