@@ -43,7 +43,7 @@ test: deps
 	$(BIN)/python -m pytest -m "not slow" $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
 
 # The unit tier (< 1 minute): no model, at most a server process per test; feedback on a one-line change.
-UNIT_TESTS := tests/test_layering.py tests/test_errors.py tests/envs/test_parsing.py tests/envs/test_fuzz_parsing.py \
+UNIT_TESTS := tests/test_layering.py tests/test_errors.py tests/test_make.py tests/envs/test_parsing.py tests/envs/test_fuzz_parsing.py \
 	tests/rewards tests/eval tests/training/test_config.py tests/training/test_credit.py \
 	tests/training/test_prompt_order.py tests/data/test_splits.py
 test-unit: deps
