@@ -85,20 +85,31 @@ def test_a_zero_timeout_is_refused_not_replaced_by_the_default(command: list[str
     assert result.exit_code == 2 and "Invalid value for '--timeout'" in result.output
 
 
+def _main(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
+    """`mcprl ARGV` through the real entry point, in this process."""
+    from mcprl.cli.main import main
+
+    monkeypatch.setattr(sys, "argv", ["mcprl", *argv])
+    with pytest.raises(SystemExit) as done:
+        main()
+    out, err = capsys.readouterr()
+    return done.value.code, out, err
+
+
 @pytest.mark.parametrize("argv, says", [
-    (["eval", "run"], "Missing option '--model' / '-m'. (see: "),
+    (["eval", "run"], "Missing option '--model' / '-m'. (see: mcprl eval run --help)"),
     (["tools", "lsit"], "No such command 'lsit'"),
     (["train", "--no-such-flag"], "No such option: --no-such-flag"),
 ])
-def test_a_usage_mistake_is_one_line(argv: list[str], says: str) -> None:
+def test_a_usage_mistake_is_one_line(argv: list[str], says: str, monkeypatch, capsys) -> None:
     """`eval` without `--model` printed the whole help (issue 49, finding 7): now one line naming what is missing."""
-    proc = subprocess.run([sys.executable, "-m", "mcprl.cli", *argv], capture_output=True, text=True, timeout=120)
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], proc.stderr
-    assert proc.stdout == ""
+    code, out, err = _main(argv, monkeypatch, capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], err
+    assert out == ""
 
 
-def test_help_still_prints() -> None:
-    for argv in (["--help"], ["eval"], []):
-        proc = subprocess.run([sys.executable, "-m", "mcprl.cli", *argv], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0 and "Usage:" in proc.stdout and proc.stderr == "", (argv, proc.stderr)
+@pytest.mark.parametrize("argv", [["--help"], ["eval"], []])
+def test_help_still_prints(argv: list[str], monkeypatch, capsys) -> None:
+    code, out, err = _main(argv, monkeypatch, capsys)
+    assert code == 0 and "Usage:" in out and err == "", err

@@ -53,7 +53,7 @@ def main() -> None:
     """`mcprl`: a usage mistake or a typed error a command did not handle becomes one line on stderr and
     its exit code; `mcprl` or a group alone still prints its help."""
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="mcprl")
     except click_exceptions.NoArgsIsHelpError as err:
         typer.echo(err.ctx.get_help())
         sys.exit(0)
