@@ -18,7 +18,7 @@ GRPO_NAMES: dict[str, str] = {
     # what the step's rollouts were (every sample batch, dropped groups included)
     **{key: f"rollout/{key}" for key in (
         "reward_mean", "reward_std", "success_rate", "tool_success_rate", "tool_timeout_rate", "malformed_rate",
-        "episode_len", "frac_prompts_with_signal", "reward_var_per_prompt_mean", "frac_all_good", "frac_all_bad",
+        "injected_fault_rate", "episode_len", "frac_prompts_with_signal", "reward_var_per_prompt_mean", "frac_all_good", "frac_all_bad",
         "frac_mixed", "sample_batches", "guided_groups")},
     "rollout_tok_s": "rollout/tok_s",
     # what the update did
@@ -62,6 +62,7 @@ MEANINGS: dict[str, str] = {
     "reward_mean": "mean episode reward over every rollout of the step", "reward_std": "its standard deviation",
     "success_rate": "share of episodes that solved their task", "tool_success_rate": "share of tool calls that succeeded",
     "tool_timeout_rate": "share of tool calls that timed out", "malformed_rate": "share of turns with a malformed call",
+    "injected_fault_rate": "share of tool calls that failed on purpose (rollout.faults)",
     "episode_len": "model turns per episode",
     "frac_prompts_with_signal": "share of groups whose rewards differ (no variance, no gradient)",
     "reward_var_per_prompt_mean": "mean within-group reward variance",

@@ -20,8 +20,8 @@ def tasks():
     return generate(4, seed=21, progress=False)
 
 
-def scripted_eval(tokenizer, tasks, policy, out, reference=None, n=2, on_episode=None):
-    cfg = load_train_config("configs/quickstart.yaml")
+def scripted_eval(tokenizer, tasks, policy, out, reference=None, n=2, on_episode=None, overrides=()):
+    cfg = load_train_config("configs/quickstart.yaml", overrides)
     rollouts = Rollouts(ScriptedClient(tokenizer, policy), tokenizer, env_config=env_config(cfg), max_turns=6,
                         max_input_length=4096, max_new_tokens=128)
     result = rollouts.run(tasks.samples, n, rollouts.sampling(0.0), on_episode)
@@ -39,6 +39,33 @@ def test_always_correct_policy_gets_pass_at_k_one(tmp_path, tokenizer, tasks):
     rows = [json.loads(x) for x in (tmp_path / "expert" / "trajectories.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and all(r["turns"] and r["score"] for r in rows)
     assert {"input_prompt", "output_response", "stop_reason", "env_extras", "prompt_tokens"} <= set(rows[0])
+
+
+def test_injected_faults_reach_trajectories_and_metrics_and_repeat(tmp_path, tokenizer, tasks):
+    """rollout.faults through the real env and servers: the faults are in the trajectories and the metrics,
+    a rerun meets the same ones, and the expert (who never retries) solves less under them."""
+    faults = ["rollout.faults.timeout=0.3", "rollout.faults.server_error=0.2"]
+    runs = [scripted_eval(tokenizer, tasks, expert_policy(tasks.experts), tmp_path / f"faults{i}", overrides=faults)
+            for i in range(2)]
+    _, clean = scripted_eval(tokenizer, tasks, expert_policy(tasks.experts), tmp_path / "clean")
+    marks = []
+    for i in range(2):
+        rows = [json.loads(x) for x in (tmp_path / f"faults{i}" / "trajectories.jsonl").read_text().splitlines()]
+        marks.append([[t["result"].get("injected_fault") for t in r["turns"] if t["kind"] == "tool_call"] for r in rows])
+    calls = [m for traj in marks[0] for m in traj]
+    injected = [m for m in calls if m]
+    assert injected and set(injected) <= {"timeout", "server_error"} and marks[0] == marks[1]
+    overall = runs[0][1]["overall"]
+    assert overall["injected_fault_rate"] == pytest.approx(len(injected) / len(calls))
+    assert clean["overall"]["injected_fault_rate"] == 0.0
+    assert overall["success_rate"] < clean["overall"]["success_rate"] == 1.0
+    assert overall["failed_call_rate"] > 0 and overall["recovery_rate"] is not None
+
+
+def test_a_bad_faults_flag_is_one_line_before_loading_a_model(tmp_path, tasks):
+    data = write_samples(tasks.samples, tmp_path / "tasks.jsonl")
+    result = CliRunner().invoke(app, ["eval", "run", "-m", "no-such-model", "-d", str(data), "--faults", "timeout=0.7,crash=0.5"])
+    assert result.exit_code == 2 and "add up to 1.2" in result.output and "Traceback" not in result.output
 
 
 def test_policy_that_never_calls_tools_is_labelled_and_trips_the_alarm(tmp_path, tokenizer, tasks):

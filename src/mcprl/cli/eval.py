@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import webbrowser
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -97,6 +98,10 @@ def run_command(
                                                  "repeatable (as `mcprl train -o`), e.g. -o model.threads=1."),
     max_tasks: Optional[int] = typer.Option(None, help="Evaluate at most this many tasks."),
     reference: Optional[Path] = typer.Option(None, help="Earlier eval dir: enables the tool-collapse alarm."),
+    faults: Optional[str] = typer.Option(None, "--faults", help="Tool calls that fail on purpose, as KIND=RATE pairs "
+                                         "(= rollout.faults), e.g. timeout=0.1,server_error=0.05; kinds: timeout, "
+                                         "rate_limit, server_error, malformed, truncated, crash; also seed=N, "
+                                         "servers=a+b, tools=a+b."),
 ) -> None:
     """Run a model on tasks through the env, K samples each, into an eval dir.
 
@@ -106,10 +111,26 @@ def run_command(
 
     if not data.is_file():  # before torch and the trainer are imported (seconds on a small CPU)
         fail(ConfigError(f"--data {data} does not exist"))
+    overrides = [*(override or []), *(_fault_overrides(faults) if faults else [])]
     from mcprl.training.evaluate import run_eval
 
     try:
-        run_eval(model, data, n=n, temperature=temperature, out=out, config=config, overrides=override,
+        run_eval(model, data, n=n, temperature=temperature, out=out, config=config, overrides=overrides,
                  max_tasks=max_tasks, reference=reference)
     except ConfigError as err:
         fail(err)
+
+
+def _fault_overrides(spec: str) -> list[str]:
+    """`--faults timeout=0.1,...` as the `rollout.faults.*` overrides it stands for; a bad one is one line."""
+    from dataclasses import asdict
+
+    from mcprl.errors import ConfigError
+    from mcprl.tools.faults import FaultConfig
+
+    try:
+        chosen = FaultConfig.parse(spec)
+    except ValueError as err:
+        fail(ConfigError(str(err)))
+    default = asdict(FaultConfig())
+    return [f"rollout.faults.{key}={json.dumps(value)}" for key, value in asdict(chosen).items() if value != default[key]]

@@ -27,6 +27,7 @@ class EnvConfig:
     reward_weights: dict[str, Any] = field(default_factory=dict)  # HeuristicWeights overrides
     judge: dict[str, Any] = field(default_factory=dict)  # JudgeConfig fields
     reward_options: dict[str, Any] = field(default_factory=dict)  # keyword arguments of a "module:Class" reward
+    faults: dict[str, Any] = field(default_factory=dict)  # FaultConfig fields: tool calls that fail on purpose
 
     @classmethod
     def from_any(cls, raw: Any) -> EnvConfig:

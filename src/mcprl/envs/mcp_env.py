@@ -21,6 +21,7 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from mcprl.envs.config import EnvConfig
 from mcprl.envs.tool_group import GROUP_NAME, MCPToolGroup
+from mcprl.tools.faults import FaultConfig
 from mcprl.episode import new_episode
 from mcprl.protocol.parsing import ParsedAction, parse_action
 from mcprl.protocol.prompt import call_example, tool_response
@@ -34,7 +35,7 @@ from mcprl.tools.sync import shared_tool_manager
 log = logging.getLogger(__name__)
 INTERNAL_ERROR_PENALTY = -0.2
 _COUNTERS = ("tool_calls", "tool_ok", "tool_timeouts", "tool_errors", "unknown_tool", "invalid_arguments",
-             "malformed", "no_action")
+             "malformed", "no_action", "faults_injected")
 
 
 class MCPToolEnv(BaseTextEnv):
@@ -58,7 +59,8 @@ class MCPToolEnv(BaseTextEnv):
         self.tools = shared_tool_manager(servers_config(self.cfg), mode=self.cfg.tool_mode,
                                          recording=self.cfg.recording)
         self.episode = new_episode()
-        self.group = MCPToolGroup(self.tools, timeout=self.cfg.tool_timeout_s, episode=self.episode)
+        self.group = MCPToolGroup(self.tools, timeout=self.cfg.tool_timeout_s, episode=self.episode,
+                                  faults=FaultConfig(**self.cfg.faults), task=self.task_id)
         self.init_tool_groups([self.group])
         self.history: list[dict[str, str]] = []
         self.trace: list[dict[str, Any]] = []
@@ -100,8 +102,10 @@ class MCPToolEnv(BaseTextEnv):
         parsed = parse_action(action, answer_tag=self.cfg.answer_tag, formats=self.cfg.formats)
         result: dict[str, Any] | None = None
         observation = None
+        fault = None
         if parsed.kind == "tool_call":
             result = self._call(parsed)
+            fault = result.pop("injected_fault", None)
             observation = tool_response(result, self.cfg.max_observation_chars)
         elif parsed.kind == "malformed":
             observation = tool_response({"ok": False, "error": f"malformed tool call: {parsed.error}. "
@@ -111,6 +115,7 @@ class MCPToolEnv(BaseTextEnv):
                            f"or answer with <{self.cfg.answer_tag}>...</{self.cfg.answer_tag}>.")
         reward = self.reward_fn.step(Step(action, parsed, result, self.history))
         self._count(parsed, result)
+        self.counts["faults_injected"] += fault is not None
         self.answered = self.answered or parsed.kind == "answer"
         self.success = self.success or reward.task_complete
         self.episode_reward += reward.total
@@ -120,13 +125,14 @@ class MCPToolEnv(BaseTextEnv):
         if done:
             reward = reward.plus(self.reward_fn.end(self.stop_reason))
         self.trace.append({"action": action, "kind": parsed.kind, "tool": parsed.name, "arguments": parsed.arguments,
-                           "result": None if result is None else {k: result.get(k) for k in ("ok", "error", "error_type")},
+                           "result": None if result is None else {k: result.get(k) for k in ("ok", "error", "error_type")}
+                           | ({"injected_fault": fault} if fault else {}),
                            "reward": reward.total, "answer_correct": _answer_correct(parsed, reward)})
         if observation is not None and not done:
             self.history.append(self._message(observation))
         metadata = {"task_id": self.task_id, "turn": self.turns, "kind": parsed.kind, "tool": parsed.name,
                     "tool_ok": None if result is None else result.get("ok"),
-                    "error_type": None if result is None else result.get("error_type"),
+                    "error_type": None if result is None else result.get("error_type"), "injected_fault": fault,
                     "reward_components": reward.components, "task_complete": reward.task_complete,
                     "answered": parsed.kind == "answer", "stop_reason": self.stop_reason}
         observations = [] if done or observation is None else [self._message(observation)]
@@ -194,6 +200,7 @@ class MCPToolEnv(BaseTextEnv):
             "tool_timeout_rate": total["tool_timeouts"] / calls,
             "unknown_tool_rate": total["unknown_tool"] / calls,
             "invalid_arguments_rate": total["invalid_arguments"] / calls,
+            "injected_fault_rate": total["faults_injected"] / calls,
             "malformed_rate": total["malformed"] / turns,
             "turns": total["turns"] / n,
             "answered": sum(bool(m.get("answered")) for m in metrics) / n,

@@ -21,6 +21,7 @@ _FIXED = {
     "mean_tool_calls": ("tool calls / trajectory", 0, False),
     "mean_turns": ("turns / trajectory", 0, False),
     "tool_error_rate": ("tool error rate (per call)", -1, True),
+    "injected_fault_rate": ("injected faults (per call)", 0, True),
     "malformed_rate": ("malformed-call rate (per turn)", -1, True),
     "context_overflow_rate": ("context-overflow rate", -1, True),
     "mean_response_tokens": ("response tokens / trajectory", 0, False),

@@ -97,6 +97,8 @@ def group_metrics(trajs: Sequence[Trajectory], ks: Sequence[int], max_input_toke
         "mean_tool_calls": _mean([len(t.tool_calls) for t in trajs]),
         "tool_call_rate": _mean([bool(t.tool_calls) for t in trajs]),
         "tool_error_rate": _mean([c.result is not None and not c.result.ok for c in calls]),
+        "injected_fault_rate": _mean([c.result is not None and bool(getattr(c.result, "injected_fault", None))
+                                      for c in calls]),
         "malformed_rate": _mean([turn.kind == "malformed" for turn in turns]),
         "answer_rate": _mean([t.answered for t in trajs]),
         "false_completion_rate": _mean([false_completion(t) for t in trajs]),

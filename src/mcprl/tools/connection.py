@@ -22,7 +22,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from mcprl.episode import STATE_DIR_ENV
 from mcprl.tools.config import ServerSpec
-from mcprl.tools.errors import ServerCrashed, ServerUnavailable
+from mcprl.tools.errors import MalformedReply, ServerCrashed, ServerUnavailable
 
 # What a dead transport looks like from the caller's side.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -180,8 +180,7 @@ class ServerConnection:
         if pending is not None and len(pending) == 1:
             (waiting,) = pending.values()
             with contextlib.suppress(Exception):
-                waiting.send.send_nowait(mt.ErrorData(code=mt.PARSE_ERROR, message=f"malformed reply from server "
-                                                      f"'{self.spec.name}': {what[:200]}"))
+                waiting.send.send_nowait(mt.ErrorData(code=mt.PARSE_ERROR, message=MalformedReply.describe(self.spec.name, what)))
 
     def _log_hint(self) -> str:
         return f" (stderr: {server_log_path(self.spec.name)})" if self.spec.transport == "stdio" else ""

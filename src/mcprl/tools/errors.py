@@ -24,11 +24,19 @@ class InvalidArguments(ToolError):
 class ToolTimeout(ToolError):
     kind = "timeout"
 
+    @classmethod
+    def after(cls, tool: str, timeout: float) -> ToolTimeout:
+        return cls(f"{tool!r} did not answer within {timeout:g}s")
+
 
 class ServerCrashed(ToolError):
     """The server died while handling a sent call: not retried, since the call may have had effects."""
 
     kind = "server_error"
+
+    @classmethod
+    def lost(cls, server: str, what: str) -> ServerCrashed:
+        return cls(f"server '{server}' connection lost: {what}")
 
 
 class ServerUnavailable(ServerCrashed):
@@ -39,6 +47,15 @@ class MalformedReply(ToolError):
     """The server answered with something that is not a JSON-RPC reply: its fault, reported at once."""
 
     kind = "server_error"
+
+    @staticmethod
+    def describe(server: str, what: str) -> str:
+        """The JSON-RPC error message the connection fails the call with."""
+        return f"malformed reply from server '{server}': {what[:200]}"
+
+    @classmethod
+    def of(cls, tool: str, message: str) -> MalformedReply:
+        return cls(f"{tool!r}: {message}")
 
 
 class NotRecorded(ToolError):

@@ -24,6 +24,7 @@ from mcprl.episode import episode_meta
 from mcprl.errors import suggest
 from mcprl.tools.config import ServersConfig, ServerSpec, load_servers_config
 from mcprl.tools.connection import CONNECTION_ERRORS, ServerConnection
+from mcprl.tools.faults import injected_error
 from mcprl.tools.errors import (
     InvalidArguments,
     MalformedReply,
@@ -157,23 +158,30 @@ class ToolManager:
         return {name: c.restarts for name, c in self._conns.items()}
 
     async def execute_tool(self, tool_name: str, arguments: dict[str, Any] | None = None,
-                           timeout: float | None = None, *, episode: str | None = None) -> dict[str, Any]:
+                           timeout: float | None = None, *, episode: str | None = None,
+                           fault: str | None = None) -> dict[str, Any]:
         """Run one call. Returns {ok, data | error, error_type, latency_ms, server, tool}; never raises.
 
         `episode` goes to the server in the call's `_meta` (`mcprl.episode`): stateful servers keep it apart.
+        `fault` (a kind of `mcprl.tools.faults`) makes this call fail as that failure really does; the result
+        then also holds `injected_fault`.
         """
         t0 = time.perf_counter()
         info: ToolInfo | None = None
+        injected = False  # a fault applies to a call that would have been sent
         try:
             await self.start()
             info = self.resolve(tool_name)
             args = self._validate(info, arguments)
-            result = await self._dispatch(info, args, timeout, episode)
+            injected = fault is not None
+            result = await self._dispatch(info, args, timeout, episode, fault)
         except ToolError as e:
             result = {"ok": False, "error": str(e), "error_type": e.kind}
         except Exception as e:  # noqa: BLE001 - a tool call must never take the caller down
             result = {"ok": False, "error": f"{type(e).__name__}: {e}", "error_type": "server_error"}
         result["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+        if injected:
+            result["injected_fault"] = fault
         if info is not None:
             result.setdefault("server", info.server)
             result.setdefault("tool", info.tool)
@@ -229,17 +237,19 @@ class ToolManager:
         return arguments
 
     async def _dispatch(self, info: ToolInfo, args: dict[str, Any], timeout: float | None,
-                        episode: str | None) -> dict[str, Any]:
-        if self._replay is not None:
-            recorded = self._replay.lookup(info.server, info.tool, args)
-            if recorded is None:
-                raise NotRecorded(f"no recorded result for {info.name}({json.dumps(args, sort_keys=True)})")
-            return recorded
+                        episode: str | None, fault: str | None = None) -> dict[str, Any]:
         spec = self._specs[info.server]
         timeout = timeout or self.default_timeout or spec.timeout_s
         own = own_time_limit(info.input_schema, args)
         if own is not None:  # the tool's own limit answers first, with its partial output
             timeout = max(timeout, own + OWN_LIMIT_GRACE_S)
+        if fault is not None and fault != "truncated":
+            raise injected_error(fault, info.name, info.server, info.tool, timeout)
+        if self._replay is not None:
+            recorded = self._replay.lookup(info.server, info.tool, args)
+            if recorded is None:
+                raise NotRecorded(f"no recorded result for {info.name}({json.dumps(args, sort_keys=True)})")
+            return _cut_in_half(recorded) if fault == "truncated" else recorded
         limiter = self._limiters.get(info.server)
         if limiter is not None:
             await limiter.acquire()
@@ -247,7 +257,7 @@ class ToolManager:
             result = await self._call(spec, info, args, timeout, episode)
         if self._recorder is not None:
             self._recorder.call(info.server, info.tool, args, result)
-        return result
+        return _cut_in_half(result) if fault == "truncated" else result
 
     async def _session(self, spec: ServerSpec, conn: ServerConnection):
         """The live session; (re)starting a server is the one step that is safe to retry."""
@@ -265,19 +275,19 @@ class ToolManager:
         try:
             raw = await session.call_tool(info.tool, args, read_timeout_seconds=timeout, meta=episode_meta(episode))
         except (asyncio.TimeoutError, TimeoutError) as e:
-            raise ToolTimeout(f"{info.name!r} did not answer within {timeout:g}s") from e
+            raise ToolTimeout.after(info.name, timeout) from e
         except MCPError as e:
             if e.code == mt.PARSE_ERROR:
-                raise MalformedReply(f"{info.name!r}: {e.message}") from e
+                raise MalformedReply.of(info.name, e.message) from e
             if e.code in _TIMEOUT_CODES or "timed out" in e.message.lower():
-                raise ToolTimeout(f"{info.name!r} did not answer within {timeout:g}s") from e
+                raise ToolTimeout.after(info.name, timeout) from e
             if any(m in e.message.lower() for m in _CLOSED_MARKERS):
                 conn.mark_dead()
-                raise ServerCrashed(f"server '{info.server}' connection lost: {e.message}") from e
+                raise ServerCrashed.lost(info.server, e.message) from e
             raise ToolError(f"{info.name!r} failed: {e.message}") from e
         except CONNECTION_ERRORS as e:
             conn.mark_dead()
-            raise ServerCrashed(f"server '{info.server}' connection lost: {type(e).__name__}") from e
+            raise ServerCrashed.lost(info.server, type(e).__name__) from e
         return _to_result(raw, spec.max_result_chars)
 
 
@@ -322,6 +332,15 @@ def _cut_middle(text: str, keep: int) -> str:
 
 
 MIN_KEPT_CHARS = 64  # a text field is never cut below this
+
+
+def _cut_in_half(result: dict[str, Any]) -> dict[str, Any]:
+    """An injected `truncated` fault: the result as an oversized one arrives, at half its length."""
+    if not result.get("ok"):
+        return result
+    data = result["data"]
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
+    return {**result, "data": _truncate(text, max(len(text) // 2, 1))[0], "truncated": True}
 
 
 def _truncate(text: str, max_chars: int) -> tuple[str, bool]:

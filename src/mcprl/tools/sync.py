@@ -32,8 +32,9 @@ class SyncToolManager:
         return self._loop.run(self.manager.list_tools())
 
     def execute_tool(self, tool_name: str, arguments: dict[str, Any] | None = None,
-                     timeout: float | None = None, *, episode: str | None = None) -> dict[str, Any]:
-        return self._loop.run(self.manager.execute_tool(tool_name, arguments, timeout, episode=episode))
+                     timeout: float | None = None, *, episode: str | None = None,
+                     fault: str | None = None) -> dict[str, Any]:
+        return self._loop.run(self.manager.execute_tool(tool_name, arguments, timeout, episode=episode, fault=fault))
 
     def close(self) -> None:
         self._loop.run(self.manager.close())

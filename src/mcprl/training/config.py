@@ -29,6 +29,7 @@ from mcprl.errors import ConfigError, closest, suggest
 from mcprl.options import opt
 from mcprl.rewards.base import RewardSettings
 from mcprl.rewards.heuristic import HeuristicWeights
+from mcprl.tools.faults import FaultConfig
 from mcprl.rewards.judge import JudgeConfig
 
 LRSchedule = Literal["constant", "cosine"]  # the schedules `trainer.optimizer_for` implements
@@ -291,6 +292,8 @@ class RolloutConfig:
     observation_role: Literal["user", "tool"] = opt(
         EnvConfig.observation_role, "Role of tool results in the chat; tool only if the chat template knows that role.")
     vllm: VLLMConfig = opt(VLLMConfig(), "vLLM engine settings.")
+    faults: FaultConfig = opt(FaultConfig(), "Tool calls that fail on purpose, seeded by task and call number: a "
+                                             "curriculum for recovering (docs/environment.md#injected-faults).")
 
 
 @dataclass
@@ -1019,4 +1022,4 @@ def env_config(cfg: TrainConfig, *, absolute_paths: bool = False) -> dict[str, A
             "tool_allowlist": r.tool_allowlist, "observation_role": r.observation_role, "max_turns": r.max_turns,
             "max_idle_turns": r.max_idle_turns,
             "reward_fn": settings.fn, "reward_weights": settings.weights, "judge": settings.judge,
-            "reward_options": settings.options}
+            "reward_options": settings.options, "faults": _changed(r.faults, FaultConfig())}
