@@ -2,9 +2,16 @@
 the trainer killed with SIGKILL mid-GRPO step, an MCP server killed while a GRPO step's calls are in flight."""
 
 import contextlib
+import fcntl
+import json
+import os
+import signal
+import struct
 import subprocess
 import sys
-import uuid
+import termios
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +116,153 @@ def test_resuming_from_a_corrupt_checkpoint_prints_one_line_naming_the_file(tmp_
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1 and len(lines) == 1, result.stderr[-3000:]
     assert lines[0].startswith("error: ") and str(bad) in lines[0]
+
+
+# ------------------------------------------------------------------------------------ a server killed mid-step
+
+def server_children() -> dict[int, str]:
+    """pid -> name of the MCP servers this process started (stdio: its children)."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError):
+            continue
+        if ppid == os.getpid() and b"mcprl.servers" in argv:
+            found[int(proc.name)] = argv[argv.index(b"mcprl.servers") + 1].decode()
+    return found
+
+
+def unread_request(pid: int) -> bool:
+    """Bytes waiting in a pipe the server reads (its JSON-RPC input; the SDK moves it off fd 0): a call sent
+    that it has not read, as it is stopped."""
+    fds = Path(f"/proc/{pid}/fd")
+    for fd in fds.iterdir():
+        flags = int((fds.parent / "fdinfo" / fd.name).read_text().split("flags:")[1].split()[0], 8)
+        if os.readlink(fd).startswith("pipe:") and flags & os.O_ACCMODE == os.O_RDONLY:
+            pipe = os.open(fd, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                if struct.unpack("i", fcntl.ioctl(pipe, termios.FIONREAD, b"\0\0\0\0"))[0] > 0:
+                    return True
+            finally:
+                os.close(pipe)
+    return False
+
+
+def kill_with_a_call_in_flight(servers: dict[int, str], killed: list[str], timeout: float = 120) -> None:
+    """Every server stopped (SIGSTOP) until one holds a call it has not read; that one is SIGKILLed, so the call
+    is in flight when it dies; the others go on (SIGCONT)."""
+    for pid in servers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + timeout
+        while not killed and time.monotonic() < deadline:
+            for pid, name in servers.items():
+                if unread_request(pid):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(name)
+                    break
+            time.sleep(0.01)
+    finally:
+        for pid in servers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def tool_results(result) -> list[list[dict]]:
+    return [[t["result"] for t in r["turns"] if t["kind"] == "tool_call"] for r in result.trajectories]
+
+
+def test_a_server_killed_during_a_rollout_step_gives_error_observations_and_the_next_step_is_normal(tokenizer):
+    """A GRPO step's episodes (`Rollouts.run`, SkyRL's generator over the env and mcprl's servers) with the
+    demos as the policy (guidance.ReplayClient: every episode calls tools, none waits on a model). One step
+    runs clean; in the next, a server dies with a call in flight: the step still returns every episode, the
+    calls the kill caught are `server_error` observations (nothing raised), and the step after it gives the
+    clean step's observations again, on a restarted server."""
+    from mcprl.data import families
+    from mcprl.tools.sync import _shared
+    from mcprl.training.config import env_config, load_train_config
+    from mcprl.training.guidance import ReplayClient, demo_turns
+    from mcprl.training.rollout import Rollouts
+
+    cfg = load_train_config(None, ["rollout.max_turns=4"])
+    train, _ = families.generate_splits(8, 1, cfg.data.generate.seed)
+    demos = demo_turns(train.experts)
+    tasks = [t for t in train.samples if t.task_id in demos][:4]
+    rollouts = Rollouts(ReplayClient(tokenizer, demos), tokenizer, env_config=env_config(cfg), max_turns=4,
+                        max_input_length=cfg.rollout.max_input_length, max_new_tokens=cfg.rollout.max_new_tokens)
+    sampling = rollouts.sampling(0.0)
+    first = rollouts.run(tasks, 2, sampling)
+    clean = tool_results(first)  # the recovery demos' slips are tool errors on purpose; no server errors
+    assert all(r["success"] for r in first.trajectories) and sum(map(len, clean)) >= len(tasks) * 2
+    assert not any(r["error_type"] == "server_error" for calls in clean for r in calls)
+
+    servers, killed = server_children(), []
+    killer = threading.Thread(target=kill_with_a_call_in_flight, args=(servers, killed))
+    killer.start()
+    try:
+        hit = rollouts.run(tasks, 2, sampling)
+    finally:
+        killer.join()
+    assert killed, "no call reached a stopped server"
+    assert len(hit.trajectories) == len(tasks) * 2
+    errors = [r for calls in tool_results(hit) for r in calls if not r["ok"]]
+    assert errors and all(r["error_type"] == "server_error" and killed[0] in r["error"] for r in errors)
+
+    assert tool_results(rollouts.run(tasks, 2, sampling)) == clean
+    restarts = {name: n for m in _shared.values() for name, n in m.manager.restarts().items() if n}
+    assert restarts == {killed[0]: 1}
+
+
+# ------------------------------------------------------------------------------- the trainer killed mid-step
+
+# GRPO from the base model on tasks with demos: its own episodes fail alike, so the demo each failed group gets
+# (experimental.expert_guidance) is the step's signal, a non-zero loss and gradient at every step.
+KILL_RUN = ["data.generate.n_train=8", "data.generate.n_eval=1", "sft.enabled=false", "algo.steps=2",
+            "algo.prompts_per_step=2", "algo.group_size=2", "algo.micro_batch_size=4", "algo.save_every=1",
+            "algo.dynamic_sampling.max_sample_batches=1", "algo.prompts=all", "experimental.expert_guidance=true",
+            "rollout.max_new_tokens=24", "rollout.max_turns=4", "eval.before=false", "eval.after_sft=false",
+            "eval.after_grpo=false", "logging.wandb.enabled=false", "logging.console_every=0", "model.threads=2"]
+
+
+def train_cli(tmp_path: Path, run: str, *flags: str) -> list[str]:
+    overrides = [*KILL_RUN, f"run.output_dir={tmp_path / run}", f"data.train={tmp_path / 'data' / 'train.jsonl'}",
+                 f"data.eval={tmp_path / 'data' / 'test.jsonl'}"]
+    return [sys.executable, "-m", "mcprl.cli", "train", "-c", "configs/quickstart.yaml", *flags,
+            *[a for o in overrides for a in ("-o", o)]]
+
+
+def grpo_rows(run_dir: Path) -> dict[int, dict]:
+    from mcprl.metric_names import short
+
+    rows = [short(json.loads(line)) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in rows if r["phase"] == "grpo"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_trainer_killed_mid_grpo_step_resumes_to_the_same_next_step(tmp_path):
+    """`mcprl train` SIGKILLed while GRPO step 2 runs (step 1's checkpoint written, step 2 not logged), then
+    `--resume`: step 2 gives the uninterrupted run's loss, gradient norm and entropy (±1e-4)."""
+    subprocess.run(train_cli(tmp_path, "straight"), check=True, capture_output=True, timeout=900)
+    straight = grpo_rows(tmp_path / "straight")
+    assert straight[2]["policy_loss"] != 0 and straight[2]["grad_norm"] > 0  # a step with signal to compare
+
+    trainer = subprocess.Popen(train_cli(tmp_path, "killed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    latest, deadline = tmp_path / "killed" / "checkpoints" / "latest", time.monotonic() + 900
+    while not (latest.is_file() and latest.read_text() == "step_grpo_1") and trainer.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(1.0)  # into step 2's rollouts
+    trainer.send_signal(signal.SIGKILL)
+    assert trainer.wait() == -signal.SIGKILL
+    assert list(grpo_rows(tmp_path / "killed")) == [1]  # killed inside step 2
+
+    subprocess.run(train_cli(tmp_path, "killed", "--resume"), check=True, capture_output=True, timeout=900)
+    resumed = grpo_rows(tmp_path / "killed")
+    assert list(resumed) == [1, 2]
+    for key in ("policy_loss", "grad_norm", "entropy", "reward_mean", "trained_tokens"):
+        assert resumed[2][key] == pytest.approx(straight[2][key], abs=1e-4), key
