@@ -102,8 +102,8 @@ def save_checkpoint(run_dir: Path, state: TrainState, model: PreTrainedModel, to
     except Exception as err:  # noqa: BLE001 - a full disk: torch, safetensors and tokenizers each raise their own kind
         shutil.rmtree(tmp, ignore_errors=True)
         previous = (root / "latest").read_text().strip() if (root / "latest").is_file() else None
-        raise CheckpointError(f"could not write checkpoint {path}: {_one_line(err)}; "
-                              + (f"{root / previous} is still the latest" if previous else "no earlier checkpoint")) from err
+        kept = f"{root / previous} is still the latest" if previous else "no earlier checkpoint"
+        raise CheckpointError(f"could not write checkpoint {path}: {_one_line(err)}; {kept}") from err
     kept = {p.resolve() for p in (path, root / WARM_START, *([Path(state.guard["checkpoint"])] if state.guard else []))}
     older = sorted((p for p in root.glob("step_*") if p.resolve() not in kept),
                    key=lambda p: p.stat().st_mtime)
