@@ -89,6 +89,7 @@ browser:
 
 bench: deps
 	$(BIN)/python bench/tool_latency.py
+	$(BIN)/python bench/tool_load.py
 	$(BIN)/python bench/rollout_throughput.py
 
 # The peer for bench/train_step.py: TRL 1.16 needs a newer transformers than SkyRL 0.3.0, so its own venv.

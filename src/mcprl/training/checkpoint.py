@@ -1,15 +1,21 @@
 """Checkpoints that resume exactly: weights (or LoRA adapter), optimizer, scheduler, every RNG, data
 position, phase and step. Layout: RUN_DIR/checkpoints/step_<phase>_<N>/ (the final one `step_done`)
-plus a `latest` pointer."""
+plus a `latest` pointer.
+
+A checkpoint is written into a temporary directory and renamed into place, and `latest` is replaced in one
+rename after it, so a process killed or a disk filled mid-write leaves the previous checkpoint the one
+`--resume` finds; an unreadable file (truncated, garbage) is a `CheckpointError` naming it."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -17,10 +23,16 @@ from peft import PeftModel, set_peft_model_state_dict
 from safetensors.torch import load_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from mcprl.errors import McprlError
 from mcprl.training.sft import WeightAverage
 
 STATE_FILE = "trainer_state.json"
 WARM_START = "step_grpo_0"  # the SFT result: never pruned, so GRPO can be re-run from it
+T = TypeVar("T")
+
+
+class CheckpointError(McprlError, RuntimeError):
+    """A checkpoint that could not be written (the previous one is left as it was) or read; names the file."""
 
 
 @dataclass
@@ -68,18 +80,30 @@ def save_checkpoint(run_dir: Path, state: TrainState, model: PreTrainedModel, to
                     keep: int = 2, averaged: WeightAverage | None = None) -> Path:
     path = checkpoint_dir(run_dir, state)
     root, tmp = path.parent, path.parent / f".tmp_{state.tag}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp / "model")  # a PEFT model writes only its adapter
-    tokenizer.save_pretrained(tmp / "model")
-    torch.save({"optimizer": optimizer.state_dict() if optimizer else None,
-                "scheduler": scheduler.state_dict() if scheduler else None,
-                "rng": rng_state(generators),
-                "averaged": averaged.state_dict() if averaged is not None else None}, tmp / "training.pt")
-    (tmp / STATE_FILE).write_text(json.dumps(asdict(state), indent=1))
-    shutil.rmtree(path, ignore_errors=True)
-    tmp.rename(path)
-    (root / "latest").write_text(path.name)
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp / "model")  # a PEFT model writes only its adapter
+        tokenizer.save_pretrained(tmp / "model")
+        torch.save({"optimizer": optimizer.state_dict() if optimizer else None,
+                    "scheduler": scheduler.state_dict() if scheduler else None,
+                    "rng": rng_state(generators),
+                    "averaged": averaged.state_dict() if averaged is not None else None}, tmp / "training.pt")
+        (tmp / STATE_FILE).write_text(json.dumps(asdict(state), indent=1))
+        replaced = root / f".old_{state.tag}"
+        if path.exists():  # the same tag again (step_done of a rerun): aside, then away once the new one is in
+            shutil.rmtree(replaced, ignore_errors=True)
+            path.rename(replaced)
+        tmp.rename(path)
+        shutil.rmtree(replaced, ignore_errors=True)
+        pointer = root / "latest.tmp"
+        pointer.write_text(path.name)
+        os.replace(pointer, root / "latest")
+    except Exception as err:  # noqa: BLE001 - a full disk: torch, safetensors and tokenizers each raise their own kind
+        shutil.rmtree(tmp, ignore_errors=True)
+        previous = (root / "latest").read_text().strip() if (root / "latest").is_file() else None
+        kept = f"{root / previous} is still the latest" if previous else "no earlier checkpoint"
+        raise CheckpointError(f"could not write checkpoint {path}: {_one_line(err)}; {kept}") from err
     kept = {p.resolve() for p in (path, root / WARM_START, *([Path(state.guard["checkpoint"])] if state.guard else []))}
     older = sorted((p for p in root.glob("step_*") if p.resolve() not in kept),
                    key=lambda p: p.stat().st_mtime)
@@ -93,11 +117,17 @@ def checkpoint_dir(run_dir: Path, state: TrainState) -> Path:
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint `latest` names; None before the first one. A pointer to no checkpoint is an error,
+    not a fresh start: resuming from scratch would silently throw the run away."""
     pointer = Path(run_dir) / "checkpoints" / "latest"
     if not pointer.exists():
         return None
-    path = pointer.parent / pointer.read_text().strip()
-    return path if path.exists() else None
+    name = _read(pointer, lambda f: f.read_text().strip())
+    path = pointer.parent / name
+    if not name.startswith("step_") or "/" in name or not (path / STATE_FILE).is_file():
+        raise CheckpointError(f"checkpoint pointer {pointer} names {name!r}, which is no checkpoint there; "
+                              "pass one with --resume-from RUN_DIR/checkpoints/step_<phase>_<N>")
+    return path
 
 
 def checked_checkpoint(path: Path) -> Path:
@@ -114,12 +144,12 @@ def load_weights(path: Path, model: PreTrainedModel) -> None:
     """Load a checkpoint's weights into `model` in place (adapter into a PEFT model, else full weights)."""
     weights = Path(path) / "model"
     if isinstance(model, PeftModel):
-        set_peft_model_state_dict(model, load_file(str(weights / "adapter_model.safetensors")))
+        set_peft_model_state_dict(model, _read(weights / "adapter_model.safetensors", _load_tensors))
     else:
         files = sorted(weights.glob("*.safetensors"))
         state: dict[str, torch.Tensor] = {}
         for f in files:
-            state.update(load_file(str(f)))
+            state.update(_read(f, _load_tensors))
         missing, _ = model.load_state_dict(state, strict=False)
         if [m for m in missing if "lm_head" not in m]:  # tied embeddings are not saved twice
             raise ValueError(f"checkpoint {path} lacks weights: {missing[:5]}")
@@ -129,7 +159,7 @@ def restore_policy(path: Path, model: PreTrainedModel, optimizer: torch.optim.Op
     """Weights and optimizer from a checkpoint (one saved without an optimizer state empties the optimizer's);
     returns the rest of its training state."""
     load_weights(path, model)
-    extra = torch.load(Path(path) / "training.pt", weights_only=False)
+    extra = _read(Path(path) / "training.pt", lambda f: torch.load(f, weights_only=False))
     if optimizer is not None:
         if extra["optimizer"] is not None:
             optimizer.load_state_dict(extra["optimizer"])
@@ -150,4 +180,23 @@ def load_checkpoint(path: Path, model: PreTrainedModel, optimizer: torch.optim.O
 
 
 def read_state(path: Path) -> TrainState:
-    return TrainState(**json.loads((Path(path) / STATE_FILE).read_text()))
+    return _read(Path(path) / STATE_FILE, lambda f: TrainState(**json.loads(f.read_text())))
+
+
+def _load_tensors(file: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(file))
+
+
+def _read(file: Path, load: Callable[[Path], T]) -> T:
+    """`load(file)`, any failure a one-line CheckpointError naming the file (each loader raises its own kind)."""
+    try:
+        return load(file)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint file {file} is missing") from None
+    except Exception as err:  # noqa: BLE001 - json, pickle, zip, safetensors: corrupt reads raise anything
+        raise CheckpointError(f"checkpoint file {file} is unreadable, truncated or corrupt ({_one_line(err)}); "
+                              "resume from another one with --resume-from") from err
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:300] or type(err).__name__

@@ -6,6 +6,7 @@ from SkyRL's registries (see grpo.py). Everything a run produces lands in `run.o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -475,14 +476,15 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
     natural_tasks = read_samples(Path(cfg.eval.natural)) if cfg.eval.natural and Path(cfg.eval.natural).is_file() else []
     if cfg.eval.natural and not natural_tasks:
         console.print(f"[yellow]eval.natural: {cfg.eval.natural} not found here; the natural held-out eval is skipped[/yellow]")
+    checkpoint = resume_from or (latest_checkpoint(run_dir) if resume else None)
+    state = TrainState(phase="sft" if cfg.sft.enabled else "grpo")
+    if checkpoint is not None:  # before the model loads: a broken checkpoint fails at once
+        state = read_state(checkpoint)
     policy = build_policy(cfg)
     if cfg.model.dtype == "auto" and not policy.bf16 and next(policy.model.parameters()).device.type == "cpu":
         console.print("[yellow]fp32: this CPU has neither AMX nor AVX512-BF16, so steps take about twice as long as "
                       "in bf16 (docs/results.md gives the time per kind of machine)[/yellow]")
-    checkpoint = resume_from or (latest_checkpoint(run_dir) if resume else None)
-    state = TrainState(phase="sft" if cfg.sft.enabled else "grpo")
     if checkpoint is not None:
-        state = read_state(checkpoint)
         console.print(f"resuming from {checkpoint} ({state.phase} step {state.tag})")
         adopt_evals(checkpoint, run_dir, state)
     callbacks = build_callbacks(cfg, run_dir)
@@ -524,8 +526,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
                    "final_checkpoint": str(final) if final else None,
                    **({"grpo_probe": state.probe} if state.probe is not None else {}),
                    **({"grpo_guard": state.guard} if state.guard is not None else {})}
-    finally:
+    except BaseException:
+        with contextlib.suppress(Exception):  # the run's own error is the one to report (a full disk fails both)
+            callbacks.on_train_end(summary)
+        raise
+    else:
         callbacks.on_train_end(summary)
+    finally:
         policy.engine.close()
     _report(run_dir)
     return summary
