@@ -956,7 +956,9 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
         f"reward:     {_reward_line(cfg.reward)}",
         f"data:       train {_exists(Path(cfg.data.train))}, eval {_exists(Path(cfg.data.eval))}"
         + (" (regenerate)" if cfg.data.regenerate else ""),
-        f"tools:      {r.servers_config or 'mcprl servers (stdio)'}, timeout {r.tool_timeout_s}s",
+        f"tools:      {r.servers_config or 'mcprl servers (stdio)'}, timeout {r.tool_timeout_s}s"
+        + (f", injected faults {', '.join(f'{k}={v:g}' for k, v in r.faults.rates().items())} (seed {r.faults.seed})"
+           if r.faults.active else ""),
         f"logging:    metrics.jsonl, W&B {wandb}, tensorboard {'on' if cfg.logging.tensorboard else 'off'}",
     ]
     return "\n".join(lines)
