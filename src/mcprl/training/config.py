@@ -39,7 +39,7 @@ Detach = Literal["none", "prompt", "context"]  # what `selected_token_logprobs` 
 # Sections of the recipe layout: each file holds its own sections plus, optionally, the shared ones.
 RECIPE_FILES = {"model.yaml": ("model", "finetune"), "algo_grpo.yaml": ("algo", "sft", "experimental"),
                 "rollout.yaml": ("rollout", "reward")}
-SHARED_SECTIONS = ("run", "data", "eval", "logging", "skyrl")
+SHARED_SECTIONS = ("run", "data", "eval", "logging", "skyrl", "tinker")
 # Estimators that need a learned value function; mcprl configures none.
 CRITIC_ESTIMATORS = ("gae",)
 
@@ -351,6 +351,27 @@ class SkyRLConfig:
 
 
 @dataclass
+class TinkerConfig:
+    base_url: str = opt("local", "Tinker API: `local` starts SkyRL's Tinker server on this machine (JAX, CPU) for the "
+                                 "run; a URL is any Tinker server (hosted Tinker, a SkyRL cluster's).")
+    model: str | None = opt(None, "The server's base model (hosted: its model id); default: model.name, resolved to "
+                                  "its local directory. The tokenizer comes from model.name either way.")
+    lora_rank: int | None = opt(None, "LoRA rank on the server; default finetune.lora.r.")
+    api_key_env: str = opt("TINKER_API_KEY", "Environment variable holding the API key (a local server needs none); "
+                                             "the key is never logged or written.")
+    backend_config: dict[str, Any] = opt(
+        {"max_lora_adapters": 4, "sample_max_num_sequences": 16, "train_micro_batch_size": 8},
+        "The local server's JAX backend settings: adapter slots (resume and export take one each), a fixed sample "
+        "batch so the JIT compiles once, the training micro-batch. max_lora_rank defaults to lora_rank.")
+    server_reduction: Literal["auto", "sum", "sequence_mean"] = opt(
+        "auto", "How the server reduces a loss over tokens: hosted Tinker sums, SkyRL's server takes each "
+                "sequence's mean (auto: sequence_mean for local). Advantages are scaled so algo.loss_reduction holds.")
+    max_sequence_length: int | None = opt(None, "Cut training sequences to this many tokens (counted in "
+                                                "tinker/truncated); default rollout.max_input_length + max_new_tokens.")
+    startup_timeout_s: float = opt(600.0, "How long `local` waits for its server to answer.")
+
+
+@dataclass
 class TrainConfig:
     run: RunConfig = opt(RunConfig(), "Run identity and output directory.")
     model: ModelConfig = opt(ModelConfig(), "Base model.")
@@ -363,6 +384,7 @@ class TrainConfig:
     eval: EvalConfig = opt(EvalConfig(), "Evaluations around training.")
     logging: LoggingConfig = opt(LoggingConfig(), "Metrics and experiment tracking.")
     skyrl: SkyRLConfig = opt(SkyRLConfig(), "SkyRL's distributed trainer only (engine skyrl).")
+    tinker: TinkerConfig = opt(TinkerConfig(), "The Tinker API only (engine tinker).")
     experimental: ExperimentalConfig = opt(ExperimentalConfig(), "Off-by-default knobs under measurement.")
 
     @property

@@ -180,7 +180,7 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
         if config.use_kl_in_reward:
             batch.token_rewards = batch.token_rewards - algo.kl_coef * kl
     adv, kept = advantages(batch, config, negative_weight=experimental.negative_weight, credit=experimental.credit)
-    boundaries = _group_boundaries(batch.group_ids)
+    boundaries = group_boundaries(batch.group_ids)
     scaled = apply_loss_reduction_to_advantages_minibatch(
         adv, batch.loss_mask, config.loss_reduction, algo.micro_batch_size, batch.loss_mask.shape[1],
         prompt_boundaries=boundaries)
@@ -236,7 +236,7 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
     return metrics
 
 
-def _group_boundaries(group_ids: list[str]) -> list[tuple[int, int]]:
+def group_boundaries(group_ids: list[str]) -> list[tuple[int, int]]:
     bounds, start = [], 0
     for i in range(1, len(group_ids) + 1):
         if i == len(group_ids) or group_ids[i] != group_ids[start]:

@@ -1,0 +1,116 @@
+"""GRPO rows as Tinker datums, and the algo settings as a Tinker loss.
+
+A row is `prompt + response` of SkyRL's generator output, exactly the tokens sampled (token-in,
+token-out). Position `i` of a datum predicts token `i + 1`: `model_input = full[:-1]`,
+`target_tokens = full[1:]`, and `weights` (the loss mask, always sent: SkyRL's server takes a missing
+one as all ones), `logprobs` (the sampler's) and `advantages` are the response-aligned tensors shifted
+the same way, zero on the prompt and on tool results.
+
+Reductions differ between servers: hosted Tinker sums the per-token loss, SkyRL's server takes each
+sequence's mean and averages over the sequences of an optimizer step. Advantages are scaled here so
+either gives `algo.loss_reduction` over the whole batch, as the embedded trainer computes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from mcprl._skyrl import apply_loss_reduction_to_advantages_minibatch
+from mcprl.training.config import AlgoConfig, TrainConfig
+from mcprl.training.grpo import GRPOBatch, group_boundaries
+
+# algo.policy_loss -> Tinker's loss_fn (the ones both hosted Tinker and SkyRL's server implement)
+LOSSES = {"regular": "ppo", "importance_sampling": "importance_sampling", "cispo": "cispo"}
+Reduction = Literal["sum", "sequence_mean"]
+
+
+@dataclass
+class DatumRow:
+    """One datum's inputs as plain lists, all of length `len(tokens) - 1` except `tokens` itself."""
+
+    tokens: list[int]  # the full sequence (cut to max_sequence_length)
+    weights: list[float]
+    logprobs: list[float]
+    advantages: list[float]
+
+    @property
+    def trained_tokens(self) -> int:
+        return int(sum(w > 0 for w in self.weights))
+
+
+def refusal(cfg: TrainConfig) -> str | None:
+    """Why the Tinker engine cannot run this config (one line), or None."""
+    a, x = cfg.algo, cfg.experimental
+    if a.policy_loss not in LOSSES:
+        return (f"algo.policy_loss={a.policy_loss}: the Tinker API has no such loss; use one of "
+                f"{', '.join(LOSSES)} (regular is PPO's clip)")
+    if a.kl_coef > 0:
+        return "algo.kl_coef > 0: the Tinker engine has no KL term (SkyRL's server computes no reference logprobs); set 0"
+    if a.epochs != 1:
+        return f"algo.epochs={a.epochs}: the Tinker engine takes one optimizer step per GRPO step; set 1"
+    if cfg.finetune.mode != "lora":
+        return "finetune.mode=full: the Tinker API trains LoRA adapters only"
+    for key, on in (("experimental.expert_guidance", x.expert_guidance), ("experimental.probe", x.probe.per_family),
+                    ("experimental.guard", x.guard.every), ("experimental.grpo_detach", x.grpo_detach != "none")):
+        if on:
+            return f"{key}: the Tinker engine does not run this experiment; use --engine embedded"
+    return None
+
+
+def loss_for(algo: AlgoConfig) -> tuple[str, dict[str, float] | None]:
+    """Tinker's loss_fn and loss_fn_config for `algo` (PPO's clip thresholds are ratios, not epsilons)."""
+    name = LOSSES[algo.policy_loss]
+    if name in ("ppo", "cispo"):
+        return name, {"clip_low_threshold": 1.0 - algo.eps_clip_low, "clip_high_threshold": 1.0 + algo.eps_clip_high}
+    return name, None
+
+
+def datum_rows(batch: GRPOBatch, advantages: torch.Tensor, *, loss_reduction: str, server: Reduction,
+               max_len: int | None = None) -> tuple[list[DatumRow], int]:
+    """The rows with a gradient (some non-zero advantage), scaled for `server`, and how many were cut
+    to `max_len`. Zero-advantage rows carry no gradient (no KL term here), as in the embedded trainer."""
+    scaled = apply_loss_reduction_to_advantages_minibatch(
+        advantages, batch.loss_mask, loss_reduction, batch.size, batch.loss_mask.shape[1],
+        prompt_boundaries=group_boundaries(batch.group_ids))
+    rows, truncated = [], 0
+    for i in range(batch.size):
+        if not bool(advantages[i].abs().sum() > 0):
+            continue
+        full, n = batch.input_ids[i], batch.prompt_lens[i]
+        r = len(full) - n
+        weights = [0.0] * n + batch.loss_mask[i, :r].tolist()
+        logprobs = [0.0] * n + torch.where(batch.loss_mask[i, :r] > 0, batch.old_logprobs[i, :r], 0.0).tolist()
+        adv = [0.0] * n + (scaled[i, :r] * batch.loss_mask[i, :r]).tolist()  # hosted RL losses have no mask
+        if max_len is not None and len(full) > max_len:
+            full, weights, logprobs, adv = full[:max_len], weights[:max_len], logprobs[:max_len], adv[:max_len]
+            truncated += 1
+        rows.append(DatumRow(list(full), weights[1:], logprobs[1:], adv[1:]))
+    rows = [row for row in rows if row.trained_tokens]
+    if server == "sequence_mean":  # undo the server's per-sequence mean and its mean over sequences
+        for row in rows:
+            factor = row.trained_tokens * len(rows)
+            row.advantages = [a * factor for a in row.advantages]
+    return rows, truncated
+
+
+def sft_row(input_ids: list[int], loss_mask: list[bool], *, server: Reduction, batch_tokens: int,
+            batch_size: int) -> DatumRow:
+    """A demo as a cross_entropy datum, weighted so the batch's loss is the token mean over the batch
+    (the embedded SFT's) on either server."""
+    weights = [float(m) for m in loss_mask[1:]]
+    n = max(1, int(sum(weights)))
+    scale = n * batch_size / max(1, batch_tokens) if server == "sequence_mean" else 1.0 / max(1, batch_tokens)
+    return DatumRow(list(input_ids), [w * scale for w in weights], [0.0] * len(weights), [0.0] * len(weights))
+
+
+def to_datum(row: DatumRow, loss: str) -> Any:
+    from tinker import types
+
+    inputs: dict[str, Any] = {"target_tokens": row.tokens[1:], "weights": row.weights}
+    if loss != "cross_entropy":
+        inputs |= {"logprobs": row.logprobs, "advantages": row.advantages}
+    return types.Datum(model_input=types.ModelInput.from_ints(row.tokens[:-1]), loss_fn_inputs=inputs)
+
