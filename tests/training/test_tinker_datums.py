@@ -41,17 +41,32 @@ def test_zero_advantage_rows_are_dropped_and_long_rows_cut():
 
 
 def test_sequence_mean_server_gets_advantages_times_its_divisors():
-    adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, 0.0]])
+    adv = torch.tensor([[1.0, 1.0, 1.0], [-0.5, -0.5, 0.0]])
     summed, _ = datum_rows(_batch(), adv, loss_reduction="token_mean", server="sum")
     meaned, _ = datum_rows(_batch(), adv, loss_reduction="token_mean", server="sequence_mean")
     for s, m in zip(summed, meaned):
         factor = s.trained_tokens * len(summed)
         assert m.advantages == pytest.approx([x * factor for x in s.advantages])
+    # the same loss either way: the embedded trainer's token mean over the batch
+    assert _server_loss(meaned, "sequence_mean") == pytest.approx(_server_loss(summed, "sum"))
+    assert _server_loss(summed, "sum") == pytest.approx(-(1 + 1 - 0.5 - 0.5) / 4)
 
 
 def test_sft_row_weights_sum_to_a_batch_token_mean():
-    row = sft_row([1, 2, 3, 4], [False, False, True, True], server="sum", batch_tokens=4, batch_size=2)
+    row = sft_row([1, 2, 3, 4], [False, False, True, True], server="sum", batch_tokens=4)
     assert row.weights == pytest.approx([0.0, 0.25, 0.25]) and row.tokens == [1, 2, 3, 4]
+    # SkyRL's server divides by the weights' sum: weights stay the mask, any scale would cancel
+    row = sft_row([1, 2, 3, 4], [False, False, True, True], server="sequence_mean", batch_tokens=4)
+    assert row.weights == [0.0, 1.0, 1.0]
+
+
+def _server_loss(rows, server):
+    """What each server minimises at ratio 1 (importance sampling): -sum(A w), or the mean over sequences of
+    -sum(A w) / sum(w) (skyrl/backends/jax.py)."""
+    per_row = [-sum(a * w for a, w in zip(r.advantages, r.weights)) for r in rows]
+    if server == "sum":
+        return sum(per_row)
+    return sum(p / sum(r.weights) for p, r in zip(per_row, rows)) / len(rows)
 
 
 def test_loss_and_refusals_follow_the_config():
@@ -60,7 +75,8 @@ def test_loss_and_refusals_follow_the_config():
     assert name in ("ppo", "importance_sampling", "cispo")
     if extra:
         assert extra["clip_low_threshold"] == pytest.approx(1 - cfg.algo.eps_clip_low)
-    cfg.finetune.mode = "lora"
-    assert refusal(cfg) is None
-    cfg.finetune.mode = "full"
-    assert "LoRA" in (refusal(cfg) or "")
+    assert refusal(cfg) is None  # the quickstart's full fine-tune trains a LoRA on Tinker
+    cfg.algo.kl_coef = 0.1
+    assert "KL" in (refusal(cfg) or "")
+    cfg.algo.kl_coef, cfg.algo.policy_loss = 0.0, "gspo"
+    assert "no such loss" in (refusal(cfg) or "")

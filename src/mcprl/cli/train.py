@@ -36,13 +36,14 @@ def train_command(
                                                 "else the built-in defaults (the same recipe); with --equal-time, "
                                                 "the run's config.yaml].")] = None,
     engine: Annotated[Engine, typer.Option(help="embedded: mcprl's trainer (CPU or one GPU); "
-                                           "skyrl: SkyRL's Ray/FSDP/vLLM trainer (GPUs).")] = Engine["embedded"],
+                                           "skyrl: SkyRL's Ray/FSDP/vLLM trainer (GPUs); "
+                                           "tinker: the Tinker API (hosted, a cluster's, or SkyRL's server on this machine).")] = Engine["embedded"],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would run and exit; loads no model.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the run's latest checkpoint.")] = False,
     resume_from: Annotated[Path | None, typer.Option(
         "--resume-from", help="Continue from this checkpoint directory, e.g. RUN_DIR/checkpoints/step_grpo_0 "
-        "(the warm start) to rerun GRPO (embedded engine).")] = None,
-    sft_only: Annotated[bool, typer.Option("--sft-only", help="Stop after SFT (embedded engine).")] = False,
+        "(the warm start) to rerun GRPO.")] = None,
+    sft_only: Annotated[bool, typer.Option("--sft-only", help="Stop after SFT (embedded and tinker engines).")] = False,
     equal_time: Annotated[Path | None, typer.Option(
         "--equal-time", metavar="RUN_DIR", help="SFT alone for the training time RUN_DIR's SFT + GRPO took "
         "(step-matched at its SFT pace), into RUN_DIR_sft_only, then compared with RUN_DIR's last eval, "

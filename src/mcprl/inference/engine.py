@@ -304,7 +304,7 @@ def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[
     return ids
 
 
-def _stop_cut(text: str, stops: Sequence[str]) -> int | None:
+def stop_cut(text: str, stops: Sequence[str]) -> int | None:
     ends = [text.find(s) + len(s) for s in stops if s in text]
     return min(ends) if ends else None
 
@@ -554,7 +554,7 @@ def _generate_chunk(
             row.logprobs.append(logprob)
             if token in eos:
                 row.reason = "stop"
-            elif params.stop and _stop_cut(tokenizer.decode(row.ids[-window:], **decode_kwargs), params.stop):
+            elif params.stop and stop_cut(tokenizer.decode(row.ids[-window:], **decode_kwargs), params.stop):
                 row.reason = "stop"
             elif len(row.ids) >= row.budget:
                 row.reason = "length"
@@ -583,7 +583,7 @@ def _generate_chunk(
     completions = []
     for row in rows:
         text = tokenizer.decode(row.ids, **decode_kwargs)
-        cut = _stop_cut(text, params.stop) if params.stop else None
+        cut = stop_cut(text, params.stop) if params.stop else None
         completions.append(
             Completion(
                 text=text[:cut] if cut is not None else text,

@@ -214,6 +214,11 @@ def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+def load_tokenizer(name: str | Path = DEFAULT_MODEL) -> PreTrainedTokenizerBase:
+    """The generation-ready tokenizer of a model name (alias, HF id in cache, dir) alone."""
+    return configure_tokenizer(AutoTokenizer.from_pretrained(resolve_model(str(name)), local_files_only=True))
+
+
 def load_model(
     name: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = "auto"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -223,6 +228,6 @@ def load_model(
     hf_logging.disable_progress_bar()  # a 135M model loads in a second; the bar only clutters run logs
     torch_device = pick_device() if device == "auto" else torch.device(device)
     torch_dtype = _resolve_dtype(dtype, torch_device)
-    tokenizer = configure_tokenizer(AutoTokenizer.from_pretrained(path, local_files_only=True))
+    tokenizer = load_tokenizer(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
     return model.to(torch_device), tokenizer

@@ -48,6 +48,7 @@ class TrainState:
     probe: dict[str, float] | None = None  # family -> the warm start's greedy pass rate (experimental.probe), once probed
     warm_start: str | None = None  # the checkpoint GRPO began from (None: the base model), the KL reference
     guard: dict[str, Any] | None = None  # experimental.guard: best, best_step, checkpoint (never pruned), probes
+    tinker: dict[str, Any] | None = None  # engine tinker: the server's state path (resume) and sampler path (export)
 
     @property
     def tag(self) -> str:
@@ -78,17 +79,26 @@ def set_rng_state(state: dict[str, Any], extra: dict[str, torch.Generator] | Non
 def save_checkpoint(run_dir: Path, state: TrainState, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                     optimizer: torch.optim.Optimizer | None, scheduler: Any, generators: dict[str, torch.Generator],
                     keep: int = 2, averaged: WeightAverage | None = None) -> Path:
-    path = checkpoint_dir(run_dir, state)
-    root, tmp = path.parent, path.parent / f".tmp_{state.tag}"
-    try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+    def write(tmp: Path) -> None:
         model.save_pretrained(tmp / "model")  # a PEFT model writes only its adapter
         tokenizer.save_pretrained(tmp / "model")
         torch.save({"optimizer": optimizer.state_dict() if optimizer else None,
                     "scheduler": scheduler.state_dict() if scheduler else None,
                     "rng": rng_state(generators),
                     "averaged": averaged.state_dict() if averaged is not None else None}, tmp / "training.pt")
+
+    return write_checkpoint(run_dir, state, write, keep)
+
+
+def write_checkpoint(run_dir: Path, state: TrainState, write: Callable[[Path], None], keep: int = 2) -> Path:
+    """`write(tmp)` fills a temporary directory (model/, training.pt), which then becomes
+    step_<tag>/ beside its state file and the `latest` pointer; older checkpoints beyond `keep` go."""
+    path = checkpoint_dir(run_dir, state)
+    root, tmp = path.parent, path.parent / f".tmp_{state.tag}"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        write(tmp)
         (tmp / STATE_FILE).write_text(json.dumps(asdict(state), indent=1))
         replaced = root / f".old_{state.tag}"
         if path.exists():  # the same tag again (step_done of a rerun): aside, then away once the new one is in

@@ -280,6 +280,8 @@ class RolloutConfig:
         None, "Longest a decode wave waits for episodes still in a tool call; null: until each sends its turn "
               "or ends, so a seeded run repeats exactly (a number lets waves leave slow episodes behind).")
     max_input_length: int = opt(2048, "Longest context (prompt + earlier turns) a turn may start from.")
+    overlong_filter: bool = opt(False, "DAPO's overlong filtering as SkyRL's generator applies it: an episode whose "
+                                       "last turn stopped on length trains no token.")
     temperature: float = opt(
         1.3, "Sampling temperature for training rollouts (and the trainer's logprobs). Above 1: SFT warm starts are "
              "nearly deterministic at 1.0, and hotter groups stopped GRPO losing held-out tasks (docs/experiments/).")
@@ -369,6 +371,9 @@ class TinkerConfig:
     max_sequence_length: int | None = opt(None, "Cut training sequences to this many tokens (counted in "
                                                 "tinker/truncated); default rollout.max_input_length + max_new_tokens.")
     startup_timeout_s: float = opt(600.0, "How long `local` waits for its server to answer.")
+    lr_multiplier: float = opt(10.0, "With finetune.mode full (the quickstart's), sft.lr and algo.lr are a full "
+                                     "fine-tune's: the Tinker LoRA trains at this multiple of them (LoRA wants about "
+                                     "10x; Thinking Machines, \"LoRA Without Regret\"). Ignored for finetune.mode lora.")
 
 
 @dataclass
@@ -930,8 +935,10 @@ def has_wandb_credentials() -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded", sft_only: bool = False) -> str:
-    """What a run would do, for `mcprl train --dry-run`; loads no model."""
+def describe(cfg: TrainConfig, engine: str = "embedded", sft_only: bool = False,
+             lines: dict[str, str] | None = None) -> str:
+    """What a run would do, for `mcprl train --dry-run`; loads no model. `lines` replace or add lines by
+    their label (an engine's own say on the model, the rollouts, its server)."""
     ft, a, r, x = cfg.finetune, cfg.algo, cfg.rollout, cfg.experimental
     if engine == "skyrl":
         backend, why = "vllm", "SkyRL's trainer always generates with vLLM"
@@ -966,7 +973,7 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
                  f"group {a.group_size} x {a.prompts_per_step} prompts ({a.prompt_order}{probe}), {a.steps} steps, "
                  f"lr {a.lr} ({a.lr_scheduler}), "
                  f"clip [{a.eps_clip_low}, {a.eps_clip_high}], kl {kl}, {sampling}{guidance}{guard}")
-    lines = [
+    text = [
         f"engine:     {engine}",
         f"run:        {cfg.run.name} -> {cfg.run.output_dir} (seed {cfg.run.seed})",
         f"model:      {cfg.model.name} (dtype {cfg.model.dtype}, device {cfg.model.device})",
@@ -983,7 +990,10 @@ def describe(cfg: TrainConfig, engine: Literal["embedded", "skyrl"] = "embedded"
            if r.faults.active else ""),
         f"logging:    metrics.jsonl, W&B {wandb}, tensorboard {'on' if cfg.logging.tensorboard else 'off'}",
     ]
-    return "\n".join(lines)
+    table = {line.split(":", 1)[0]: line for line in text}
+    for label, value in (lines or {}).items():
+        table[label] = f"{label + ':':<12}{value}"
+    return "\n".join(table.values())
 
 
 def _reward_line(reward: RewardConfig) -> str:

@@ -94,9 +94,15 @@ def build_policy(cfg: TrainConfig, *, model: PreTrainedModel | None = None,
     else:
         engine = HFInferenceEngine(model, tokenizer, dtype=dtype, seed=cfg.run.seed, max_batch_size=max_batch_size,
                                    max_wait_ms=cfg.rollout.batch_max_wait_ms)
-    rollouts = Rollouts(engine, tokenizer, env_config=env_config(cfg), max_turns=cfg.rollout.max_turns,
-                        max_input_length=cfg.rollout.max_input_length, max_new_tokens=cfg.rollout.max_new_tokens)
-    return Policy(model, tokenizer, engine, rollouts, bf16=dtype == torch.bfloat16)
+    return Policy(model, tokenizer, engine, rollouts_for(cfg, engine, tokenizer), bf16=dtype == torch.bfloat16)
+
+
+def rollouts_for(cfg: TrainConfig, engine: BatchingEngine, tokenizer: PreTrainedTokenizerBase) -> Rollouts:
+    """Episodes as the config's rollout section says, over any inference engine."""
+    r = cfg.rollout
+    return Rollouts(engine, tokenizer, env_config=env_config(cfg), max_turns=r.max_turns,
+                    max_input_length=r.max_input_length, max_new_tokens=r.max_new_tokens,
+                    overlong_filter=r.overlong_filter)
 
 
 def _vllm_engine(cfg: TrainConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dtype: torch.dtype,

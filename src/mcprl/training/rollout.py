@@ -39,13 +39,14 @@ class RolloutResult:
 
 class Rollouts:
     def __init__(self, engine: BatchingEngine, tokenizer: PreTrainedTokenizerBase, *, env_config: dict[str, Any],
-                 max_turns: int, max_input_length: int, max_new_tokens: int) -> None:
+                 max_turns: int, max_input_length: int, max_new_tokens: int, overlong_filter: bool = False) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.env_config = env_config
         self.max_turns = max_turns
         self.max_input_length = max_input_length
         self.max_new_tokens = max_new_tokens
+        self.overlong_filter = overlong_filter
 
     def sampling(self, temperature: float, top_p: float = 1.0, top_k: int = -1) -> dict[str, Any]:
         return {"max_generate_length": self.max_new_tokens, "temperature": temperature, "top_p": top_p,
@@ -62,7 +63,8 @@ class Rollouts:
         """`on_episode` is called as each episode ends (a progress bar: episodes end in any order)."""
         generator = make_generator(self.engine, self.tokenizer, max_turns=self.max_turns,
                                    max_input_length=self.max_input_length, sampling=sampling,
-                                   max_env_workers=ENV_WORKERS, env_config=self.env_config, on_episode=on_episode)
+                                   max_env_workers=ENV_WORKERS, env_config=self.env_config, on_episode=on_episode,
+                                   apply_overlong_filtering=self.overlong_filter)
         samples = [t for t in tasks for _ in range(n_per_task)]
         batch = {
             "prompts": [list(s.prompt) for s in samples],

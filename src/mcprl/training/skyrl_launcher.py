@@ -273,6 +273,7 @@ def _generator_overrides(cfg: TrainConfig) -> dict[str, Any]:
         "generator.n_samples_per_prompt": cfg.algo.group_size,
         "generator.max_turns": r.max_turns,
         "generator.max_input_length": r.max_input_length,
+        "generator.apply_overlong_filtering": r.overlong_filter,
         "generator.sampling_params.max_generate_length": r.max_new_tokens,
         "generator.sampling_params.temperature": r.temperature,
         "generator.sampling_params.top_p": r.top_p,

@@ -9,8 +9,10 @@ from mcprl.errors import ConfigError, suggest
 from mcprl.training.engines.base import RunRequest, TrainEngine
 from mcprl.training.engines.embedded import EmbeddedEngine
 from mcprl.training.engines.skyrl import SkyRLEngine
+from mcprl.training.engines.tinker import TinkerEngine
 
-ENGINES: dict[str, Callable[[], TrainEngine]] = {"embedded": EmbeddedEngine, "skyrl": SkyRLEngine}
+ENGINES: dict[str, Callable[[], TrainEngine]] = {"embedded": EmbeddedEngine, "skyrl": SkyRLEngine,
+                                                    "tinker": TinkerEngine}
 
 
 def get_engine(name: str) -> TrainEngine:

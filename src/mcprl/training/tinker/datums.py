@@ -51,13 +51,22 @@ def refusal(cfg: TrainConfig) -> str | None:
         return "algo.kl_coef > 0: the Tinker engine has no KL term (SkyRL's server computes no reference logprobs); set 0"
     if a.epochs != 1:
         return f"algo.epochs={a.epochs}: the Tinker engine takes one optimizer step per GRPO step; set 1"
-    if cfg.finetune.mode != "lora":
-        return "finetune.mode=full: the Tinker API trains LoRA adapters only"
     for key, on in (("experimental.expert_guidance", x.expert_guidance), ("experimental.probe", x.probe.per_family),
                     ("experimental.guard", x.guard.every), ("experimental.grpo_detach", x.grpo_detach != "none")):
         if on:
             return f"{key}: the Tinker engine does not run this experiment; use --engine embedded"
     return None
+
+
+def ignored(cfg: TrainConfig) -> list[str]:
+    """Settings of the embedded recipe the Tinker engine runs without (a line each in the plan and the run)."""
+    notes = []
+    if cfg.finetune.mode == "full":
+        notes.append(f"finetune.mode=full: a LoRA adapter trains instead, at tinker.lr_multiplier="
+                     f"{cfg.tinker.lr_multiplier:g} x sft.lr and algo.lr")
+    if cfg.sft.enabled and cfg.sft.ema_decay:
+        notes.append(f"sft.ema_decay={cfg.sft.ema_decay:g}: no weight average (the weights live on the server)")
+    return notes
 
 
 def loss_for(algo: AlgoConfig) -> tuple[str, dict[str, float] | None]:
@@ -96,13 +105,13 @@ def datum_rows(batch: GRPOBatch, advantages: torch.Tensor, *, loss_reduction: st
     return rows, truncated
 
 
-def sft_row(input_ids: list[int], loss_mask: list[bool], *, server: Reduction, batch_tokens: int,
-            batch_size: int) -> DatumRow:
-    """A demo as a cross_entropy datum, weighted so the batch's loss is the token mean over the batch
-    (the embedded SFT's) on either server."""
+def sft_row(input_ids: list[int], loss_mask: list[bool], *, server: Reduction, batch_tokens: int) -> DatumRow:
+    """A demo as a cross_entropy datum. Summed (hosted), weights of 1/batch_tokens make the batch's loss
+    the embedded SFT's token mean. SkyRL's server divides each sequence's loss by its weights' sum, so no
+    weighting survives there: its loss is the mean over demos of each demo's token mean (the same at the
+    quickstart's batch of 1)."""
     weights = [float(m) for m in loss_mask[1:]]
-    n = max(1, int(sum(weights)))
-    scale = n * batch_size / max(1, batch_tokens) if server == "sequence_mean" else 1.0 / max(1, batch_tokens)
+    scale = 1.0 if server == "sequence_mean" else 1.0 / max(1, batch_tokens)
     return DatumRow(list(input_ids), [w * scale for w in weights], [0.0] * len(weights), [0.0] * len(weights))
 
 

@@ -1,27 +1,22 @@
 """SkyRL's Tinker server without `uv` (`python -m mcprl.training.tinker.serve_main api|engine ARGS`).
 
 The API's lifespan starts its engine as `uv run ... -m skyrl.tinker.engine`, parsed from its parent's
-command line; here both processes are this module, so the Python 3.11 TypedDict shim (mcprl._skyrl's
-first lines) runs before SkyRL in each, and no `uv` or `sitecustomize.py` is needed. Nothing but
-SkyRL's own modules runs in the server.
+command line; here both processes are this module, so mcprl._skyrl's Python 3.11 TypedDict shim runs
+before SkyRL in each, and no `uv` or `sitecustomize.py` is needed. Nothing but SkyRL's own server and
+engine runs in them.
 """
 
 from __future__ import annotations
 
 import runpy
 import sys
-import typing
 
-if sys.version_info < (3, 12):
-    import typing_extensions
-
-    typing.TypedDict = typing_extensions.TypedDict  # type: ignore[misc]
+from mcprl._skyrl import tinker_server
 
 
 def _engine_command(parent_cmd: list[str], engine_config: object) -> list[str]:
-    from skyrl.tinker.config import config_to_argv
-
-    return [sys.executable, "-m", "mcprl.training.tinker.serve_main", "engine", *config_to_argv(engine_config)]
+    _, config = tinker_server()
+    return [sys.executable, "-m", "mcprl.training.tinker.serve_main", "engine", *config.config_to_argv(engine_config)]
 
 
 def api(argv: list[str]) -> None:
@@ -29,17 +24,15 @@ def api(argv: list[str]) -> None:
 
     import uvicorn
 
-    import skyrl.tinker.api as server
-    from skyrl.tinker.config import EngineConfig, add_model
-
+    server, config = tinker_server()
     parser = argparse.ArgumentParser(prog="mcprl tinker serve (api)")
-    add_model(parser, EngineConfig)
+    config.add_model(parser, config.EngineConfig)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     server._build_uv_run_cmd_engine = _engine_command
-    server.app.state.engine_config = EngineConfig.model_validate(
-        {k: v for k, v in vars(args).items() if k in EngineConfig.model_fields})
+    server.app.state.engine_config = config.EngineConfig.model_validate(
+        {k: v for k, v in vars(args).items() if k in config.EngineConfig.model_fields})
     uvicorn.run(server.app, host=args.host, port=args.port, log_level="warning")
 
 
