@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from mcprl.inference.engine import UnsupportedSampling
-from mcprl.inference.tinker_engine import TinkerSamplingEngine
+from mcprl.inference.tinker_engine import TinkerSamplingEngine, TinkerServerGone, result
 from mcprl.training.generator import make_generator
 
 pytest.importorskip("tinker")
@@ -101,3 +101,12 @@ def test_skyrl_generator_runs_an_episode_over_it(tokenizer):
     assert out["response_ids"][0][:len(sampler.tokens)] == sampler.tokens
     assert out["rollout_logprobs"][0][:len(sampler.tokens)] == [-0.5] * len(sampler.tokens)
     assert sum(out["loss_masks"][0]) == len(sampler.tokens)
+
+
+def test_a_request_to_a_server_that_died_fails_instead_of_waiting_for_ever():
+    pending: Future = Future()  # the SDK retries a dead server's requests: this future never resolves
+    with pytest.raises(TinkerServerGone, match="stopped"):
+        result(pending, alive=lambda: False, poll_s=0.01)
+    done: Future = Future()
+    done.set_result(7)
+    assert result(done, alive=lambda: False) == 7

@@ -30,9 +30,10 @@ def serve(
                                                 '\'{"sample_max_num_sequences": 16}\'')] = "{}",
     startup_timeout: Annotated[float, typer.Option(help="Seconds to wait for it to answer")] = 600.0,
 ) -> None:
-    """Start SkyRL's Tinker server (JAX on the CPU) and keep it up until Ctrl-C.
+    """Start SkyRL's Tinker server (JAX on the CPU) and keep it up until Ctrl-C; runs reach it with
+    `-o tinker.base_url=URL -o tinker.model=DIR` (it prints both).
 
-    Example: mcprl tinker serve --port 8014, then mcprl train --engine tinker -o tinker.base_url=http://127.0.0.1:8014 -o tinker.model=DIR
+    Example: mcprl tinker serve --port 8014
     """
     from mcprl.models.loading import resolve_model
     from mcprl.training.tinker.server import LocalTinkerServer

@@ -10,22 +10,49 @@ EOS token joins the stop strings as text; SkyRL's local server applies stop stri
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from mcprl.inference.engine import BatchingEngine, Completion, SamplingParams, UnsupportedSampling, stop_cut
+from mcprl.inference.engine import (
+    BatchingEngine,
+    Completion,
+    InferenceError,
+    SamplingParams,
+    UnsupportedSampling,
+    stop_cut,
+)
+
+Alive = Callable[[], bool]
+
+
+class TinkerServerGone(InferenceError, RuntimeError):
+    """The server a request waits on stopped (the SDK would retry it for ever)."""
+
+
+def result(future: Any, alive: Alive | None = None, poll_s: float = 5.0) -> Any:
+    """`future.result()`, checking every `poll_s` that a server we started still runs."""
+    if alive is None:
+        return future.result()
+    while True:
+        try:
+            return future.result(timeout=poll_s)
+        except TimeoutError:
+            if not alive():
+                raise TinkerServerGone("the Tinker server stopped while a request waited on it") from None
 
 
 class TinkerSamplingEngine(BatchingEngine):
     """`sampling_client` is a `tinker.SamplingClient`; `sync_weights` is not how it follows training:
     the trainer hands it each step's new client with `follow`."""
 
-    def __init__(self, sampling_client: Any, tokenizer: PreTrainedTokenizerBase, *, context: int, **options: Any):
+    def __init__(self, sampling_client: Any, tokenizer: PreTrainedTokenizerBase, *, context: int,
+                 alive: Alive | None = None, **options: Any):
         super().__init__(tokenizer, context=context, **options)
         self.client = sampling_client
+        self.alive = alive
 
     def follow(self, sampling_client: Any) -> None:
         self.client = sampling_client
@@ -55,7 +82,7 @@ class TinkerSamplingEngine(BatchingEngine):
             sampling = types.SamplingParams(seed=seed, **self.tinker_params(params, len(prompt)))
             futures.append(self.client.sample(prompt=types.ModelInput.from_ints(list(prompt)), num_samples=1,
                                               sampling_params=sampling))
-        return [self._completion(future.result().sequences[0], params) for future in futures]
+        return [self._completion(result(future, self.alive).sequences[0], params) for future in futures]
 
     def _completion(self, sequence: Any, params: SamplingParams) -> Completion:
         ids = list(sequence.tokens)

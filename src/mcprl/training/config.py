@@ -371,6 +371,10 @@ class TinkerConfig:
     max_sequence_length: int | None = opt(None, "Cut training sequences to this many tokens (counted in "
                                                 "tinker/truncated); default rollout.max_input_length + max_new_tokens.")
     startup_timeout_s: float = opt(600.0, "How long `local` waits for its server to answer.")
+    evals: Literal["auto", "sampler", "local"] = opt(
+        "auto", "Where evals run: sampler (the Tinker server's), or local (this machine's engine on the exported "
+                "adapter, as `mcprl eval -m CHECKPOINT`); auto: local with a local server, whose JAX sampler is "
+                "several times slower on a CPU, else sampler.")
     lr_multiplier: float = opt(10.0, "With finetune.mode full (the quickstart's), sft.lr and algo.lr are a full "
                                      "fine-tune's: the Tinker LoRA trains at this multiple of them (LoRA wants about "
                                      "10x; Thinking Machines, \"LoRA Without Regret\"). Ignored for finetune.mode lora.")

@@ -22,7 +22,8 @@ class TinkerEngine:
         where = ("local: SkyRL's Tinker server started for the run (JAX, CPU), 127.0.0.1, state in "
                  f"{cfg.run.output_dir}/tinker" if t.base_url == run.LOCAL else f"{t.base_url} (key from ${t.api_key_env})")
         server = (f"{where}; model {t.model or cfg.model.name}; loss {loss}{' ' + str(loss_config) if loss_config else ''}, "
-                  f"reduction {run.server_reduction(cfg)}; sft cross_entropy on the demos' assistant tokens")
+                  f"reduction {run.server_reduction(cfg)}; sft cross_entropy on the demos' assistant tokens; evals "
+                  + ("here, on the exported adapters" if run.eval_here(cfg) else "on the Tinker sampler"))
         return describe(cfg, "tinker", request.sft_only, lines={
             "finetune": lora, "rollout": f"tinker sampler (SkyRL's generator over it); {cfg.num_envs} envs, "
             f"{cfg.rollout.max_turns} turns x {cfg.rollout.max_new_tokens} tokens, T={cfg.rollout.temperature}",

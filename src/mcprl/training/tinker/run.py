@@ -24,7 +24,7 @@ import random
 import tarfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +36,22 @@ from transformers import AutoConfig, PreTrainedTokenizerBase
 
 from mcprl.data.sample import SkyRLSample
 from mcprl.errors import ConfigError
-from mcprl.inference.tinker_engine import TinkerSamplingEngine
+from mcprl.inference.tinker_engine import Alive, TinkerSamplingEngine, result
 from mcprl.models.devices import rss_gb
 from mcprl.models.loading import load_tokenizer, resolve_model
 from mcprl.training import grpo
 from mcprl.training.callbacks import CallbackList, build_callbacks
-from mcprl.training.checkpoint import TrainState, latest_checkpoint, read_state, rng_state, set_rng_state, write_checkpoint
+from mcprl.training.checkpoint import (
+    STATE_FILE,
+    TrainState,
+    latest_checkpoint,
+    read_state,
+    rng_state,
+    set_rng_state,
+    write_checkpoint,
+)
 from mcprl.training.config import TrainConfig
-from mcprl.training.policy import rollouts_for
+from mcprl.training.policy import build_policy, load_policy_weights, rollouts_for
 from mcprl.training.rollout import Rollouts
 from mcprl.training.sft import batches, load_experts, tokenize_conversation
 from mcprl.training.tinker.datums import Reduction, datum_rows, ignored, loss_for, refusal, sft_row, to_datum
@@ -87,6 +95,7 @@ class Session:
     reduction: Reduction
     run_dir: Path
     url: str  # the server's
+    alive: Alive | None  # a server this run started: is it still up
 
     def adam(self, lr: float, weight_decay: float) -> Any:
         from tinker import types
@@ -100,8 +109,8 @@ class Session:
         """forward_backward and optim_step submitted together (the server queues both), then awaited."""
         backward = self.training.forward_backward(datums, loss, loss_config)
         update = self.training.optim_step(self.adam(lr, weight_decay))
-        out = backward.result()
-        update.result()
+        out = result(backward, self.alive)
+        result(update, self.alive)
         return out
 
     def sync(self) -> float:
@@ -112,8 +121,8 @@ class Session:
     def save(self, state: TrainState, clock: Clock) -> Path:
         """The server's state (resume) and sampler weights (exported into model/), then the checkpoint."""
         name = f"{state.tag}-{uuid.uuid4().hex[:8]}"
-        state_path = self.training.save_state(name).result().path
-        sampler_path = self.training.save_weights_for_sampler(name).result().path
+        state_path = result(self.training.save_state(name), self.alive).path
+        sampler_path = result(self.training.save_weights_for_sampler(name), self.alive).path
         state.tinker = {"state_path": state_path, "sampler_path": sampler_path,
                         "base_url": self.cfg.tinker.base_url if self.cfg.tinker.base_url != LOCAL else LOCAL}
         state.elapsed_s = clock.total
@@ -156,6 +165,20 @@ def sampler_archive(service: Any, sampler_path: str, base_url: str) -> bytes:
     response = httpx.get(url, follow_redirects=True, timeout=600.0)
     response.raise_for_status()
     return response.content
+
+
+def eval_here(cfg: TrainConfig) -> bool:
+    """tinker.evals: local evaluates the exported adapters on this machine (auto: with a local server,
+    whose JAX sampler is several times slower than the embedded engine on a CPU)."""
+    return cfg.tinker.evals == "local" or (cfg.tinker.evals == "auto" and cfg.tinker.base_url == LOCAL)
+
+
+def record_state(checkpoint: Path, state: TrainState) -> None:
+    """The checkpoint's state file again, with the evals run from it."""
+    file = Path(checkpoint) / STATE_FILE
+    tmp = file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(state), indent=1))
+    os.replace(tmp, file)
 
 
 def sampler_tinker_path(path: str) -> str:
@@ -381,9 +404,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
             engine = TinkerSamplingEngine(training.save_weights_and_get_sampling_client(), tokenizer,
                                           context=context_length(resolve_model(cfg.model.name), tokenizer),
                                           seed=cfg.run.seed, max_batch_size=max(cfg.num_envs, cfg.eval.max_tasks or 0, 1),
-                                          max_wait_ms=cfg.rollout.batch_max_wait_ms)
+                                          max_wait_ms=cfg.rollout.batch_max_wait_ms,
+                                          alive=server.alive if server is not None else None)
         policy = TinkerPolicy(tokenizer, engine, rollouts_for(cfg, engine, tokenizer))
-        session = Session(cfg, service, training, policy, server_reduction(cfg), run_dir, url)
+        alive = server.alive if server is not None else None
+        session = Session(cfg, service, training, policy, server_reduction(cfg), run_dir, url, alive)
         if checkpoint is not None:
             set_rng_state(torch.load(Path(checkpoint) / "training.pt", weights_only=False)["rng"],
                           {"engine": engine.generator})
@@ -393,22 +418,43 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
         callbacks.on_train_start(cfg, run_dir)
         clock = Clock(state.elapsed_s)
         summary: dict[str, Any] = {}
+        local = eval_here(cfg)
+
+        def evaluate(name: str, checkpoint: Path | None) -> None:
+            """On the Tinker sampler, or (tinker.evals local) on this machine's engine from the checkpoint's
+            exported adapter, the base model without one: the code `mcprl eval -m CHECKPOINT` runs."""
+            if not local:
+                _evals(policy, cfg, eval_tasks, natural_tasks, run_dir, name, state, callbacks, clock)  # type: ignore[arg-type]
+                return
+            weights, tok = load_policy_weights(str(checkpoint) if checkpoint is not None else cfg.model.name)
+            here = build_policy(cfg, model=weights, tokenizer=tok)
+            try:
+                _evals(here, cfg, eval_tasks, natural_tasks, run_dir, name, state, callbacks, clock)
+            finally:
+                here.engine.close()
+            if checkpoint is not None:
+                record_state(checkpoint, state)
+
         try:
             if cfg.eval.before and "base" not in state.evals:
-                _evals(policy, cfg, eval_tasks, natural_tasks, run_dir, "base", state, callbacks, clock)  # type: ignore[arg-type]
+                evaluate("base", None)
             final = checkpoint
             if state.phase == "sft":
                 run_sft(session, experts_path, train_tasks, state, callbacks, clock)
                 state.phase, state.sft_seconds = "grpo", round(clock.total, 1)
-                if cfg.eval.after_sft:
-                    _evals(policy, cfg, eval_tasks, natural_tasks, run_dir, "sft", state, callbacks, clock)  # type: ignore[arg-type]
+                if cfg.eval.after_sft and not local:
+                    evaluate("sft", None)
                 final = session.save(state, clock)  # step_grpo_0: the warm start
+                if cfg.eval.after_sft and local:
+                    evaluate("sft", final)
             if state.phase == "grpo" and not sft_only:
                 run_grpo(session, train_tasks, state, callbacks, clock)
                 state.phase = "done"
-                if cfg.eval.after_grpo:
-                    _evals(policy, cfg, eval_tasks, natural_tasks, run_dir, "grpo", state, callbacks, clock)  # type: ignore[arg-type]
+                if cfg.eval.after_grpo and not local:
+                    evaluate("grpo", None)
                 final = session.save(state, clock)
+                if cfg.eval.after_grpo and local:
+                    evaluate("grpo", final)
             summary = {**summarize(cfg, run_dir, state, clock, final), "engine": "tinker",
                        "tinker": {"base_url": state.tinker["base_url"] if state.tinker else cfg.tinker.base_url,
                                   "lora_rank": lora_rank(cfg), "server_reduction": session.reduction}}
