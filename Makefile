@@ -65,6 +65,10 @@ $(TINKER_STAMP): $(STAMP)
 tinker-local: tinker-deps
 	$(BIN)/mcprl tinker serve
 
+# One GRPO step, embedded vs tinker-local, side by side (docs/benchmarks.md).
+bench-tinker: tinker-deps
+	$(BIN)/python bench/tinker_step.py
+
 health: deps
 	$(BIN)/mcprl servers check
 
