@@ -44,21 +44,12 @@ class LengthParity:
 
 
 def tiny_model(out: Path) -> Path:
-    import shutil
-
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    from mcprl.models.loading import DEFAULT_MODEL, resolve_model
+    from mcprl.models.loading import ensure_default_model
+    from random_model import build
 
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                                 bos_token_id=1, eos_token_id=2, max_position_embeddings=2048)).save_pretrained(out)
-    source = resolve_model(DEFAULT_MODEL)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
-        if (source / name).exists():
-            shutil.copy(source / name, out / name)
+    build("tiny-llama", ensure_default_model(), out, dtype=torch.float32)
     return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -21,13 +21,13 @@ pytest.importorskip("tinker")
 pytest.importorskip("jax")  # SkyRL's server: `pip install -e .[tinker]` (make test-all installs it)
 
 from mcprl.metric_names import short  # noqa: E402
-from mcprl.models.loading import DEFAULT_MODEL, resolve_model  # noqa: E402
 from mcprl.training.callbacks import Callback, CallbackList  # noqa: E402
 from mcprl.training.config import load_train_config  # noqa: E402
 from mcprl.training.evaluate import run_eval  # noqa: E402
 from mcprl.training.tinker import run  # noqa: E402
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
 
 # Random weights never solve a task: a reward by the length of each turn gives groups variance to train on.
 REWARD = '''
@@ -47,18 +47,10 @@ class LengthParity:
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> Path:
-    """A 2-layer random llama saved with the default model's tokenizer, as a local checkpoint directory."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+    """A 2-layer random llama with the default model's tokenizer, as `bench/random_model.py` writes it."""
     out = tmp_path_factory.mktemp("tiny_llama")
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                                 bos_token_id=1, eos_token_id=2, max_position_embeddings=2048)).save_pretrained(out)
-    source = resolve_model(DEFAULT_MODEL)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
-        if (source / name).exists():
-            shutil.copy(source / name, out / name)
+    subprocess.run([sys.executable, str(ROOT / "bench" / "random_model.py"), "--arch", "tiny-llama", "--dtype", "float32",
+                    "--out", str(out)], check=True, capture_output=True)
     return out
 
 
