@@ -8,7 +8,6 @@ import json
 import math
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -29,22 +28,6 @@ from mcprl.training.tinker import run  # noqa: E402
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
-# Random weights never solve a task: a reward by the length of each turn gives groups variance to train on.
-REWARD = '''
-from mcprl.rewards.base import NO_REWARD, Reward
-
-class LengthParity:
-    def reset(self, ground_truth):
-        pass
-
-    def step(self, step):
-        return Reward(float(len(step.action) % 2))
-
-    def end(self, reason):
-        return NO_REWARD
-'''
-
-
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> Path:
     """A 2-layer random llama with the default model's tokenizer, as `bench/random_model.py` writes it."""
@@ -55,13 +38,13 @@ def tiny_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def reward_module(tmp_path_factory):
-    where = tmp_path_factory.mktemp("reward")
-    (where / "tinker_test_reward.py").write_text(textwrap.dedent(REWARD))
-    sys.path.insert(0, str(where))
-    yield "tinker_test_reward"
-    sys.path.remove(str(where))
-    sys.modules.pop("tinker_test_reward", None)
+def reward_module():
+    """Random weights never solve a task: bench/tinker_step.py's reward (each turn's length parity) gives
+    groups variance to train on."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    yield "tinker_step"
+    sys.path.remove(str(ROOT / "bench"))
+    sys.modules.pop("tinker_step", None)
 
 
 class CrashAt(Callback):

@@ -12,7 +12,7 @@ import math
 import random
 import shutil
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -467,19 +467,38 @@ class Clock:
         return limit is not None and self.total >= limit
 
 
-def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = None,
-          sft_only: bool = False) -> dict[str, Any]:
+@dataclass
+class RunStart:
+    """What every engine's run begins with: its directory, data, and the checkpoint it continues."""
+
+    run_dir: Path
+    train_tasks: list[SkyRLSample]
+    eval_tasks: list[SkyRLSample]
+    experts_path: Path
+    natural_tasks: list[SkyRLSample]
+    checkpoint: Path | None
+    state: TrainState
+
+
+def start_run(cfg: TrainConfig, resume: bool, resume_from: Path | None) -> RunStart:
+    """Seeds, data (generated when missing), and the state to continue from, read before any model
+    loads so that a broken checkpoint fails at once."""
     run_dir = Path(cfg.run.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     random.seed(cfg.run.seed)
     np.random.seed(cfg.run.seed)
     torch.manual_seed(cfg.run.seed)
     train_tasks, eval_tasks, experts_path = prepare_data(cfg)
-    natural_tasks = natural_eval_tasks(cfg)
     checkpoint = resume_from or (latest_checkpoint(run_dir) if resume else None)
-    state = TrainState(phase="sft" if cfg.sft.enabled else "grpo")
-    if checkpoint is not None:  # before the model loads: a broken checkpoint fails at once
-        state = read_state(checkpoint)
+    state = read_state(checkpoint) if checkpoint is not None else TrainState(phase="sft" if cfg.sft.enabled else "grpo")
+    return RunStart(run_dir, train_tasks, eval_tasks, experts_path, natural_eval_tasks(cfg), checkpoint, state)
+
+
+def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = None,
+          sft_only: bool = False) -> dict[str, Any]:
+    start = start_run(cfg, resume, resume_from)
+    run_dir, train_tasks, eval_tasks, experts_path = start.run_dir, start.train_tasks, start.eval_tasks, start.experts_path
+    natural_tasks, checkpoint, state = start.natural_tasks, start.checkpoint, start.state
     policy = build_policy(cfg)
     if cfg.model.dtype == "auto" and not policy.bf16 and next(policy.model.parameters()).device.type == "cpu":
         console.print("[yellow]fp32: this CPU has neither AMX nor AVX512-BF16, so steps take about twice as long as "

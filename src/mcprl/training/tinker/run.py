@@ -44,8 +44,6 @@ from mcprl.training.callbacks import CallbackList, build_callbacks
 from mcprl.training.checkpoint import (
     STATE_FILE,
     TrainState,
-    latest_checkpoint,
-    read_state,
     rng_state,
     set_rng_state,
     write_checkpoint,
@@ -65,10 +63,9 @@ from mcprl.training.trainer import (
     demo_families,
     grpo_prompts,
     lr_factor,
-    natural_eval_tasks,
-    prepare_data,
     rollout_metrics,
     sample_step_batch,
+    start_run,
     summarize,
     write_rollouts,
 )
@@ -165,6 +162,15 @@ def sampler_archive(service: Any, sampler_path: str, base_url: str) -> bytes:
     response = httpx.get(url, follow_redirects=True, timeout=600.0)
     response.raise_for_status()
     return response.content
+
+
+def close_service(service: Any) -> None:
+    """Stop the SDK's session heartbeat (tinker 0.24.1's ServiceClient has no close of its own), which
+    would otherwise report a stopped server as "Tinker is down" for as long as the process lives."""
+    for holder in (getattr(service, "_session_holder", None), getattr(service, "_rest_holder", None)):
+        if holder is not None:
+            with contextlib.suppress(Exception):
+                holder.close()
 
 
 def eval_here(cfg: TrainConfig) -> bool:
@@ -386,15 +392,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
     check(cfg)
     for note in ignored(cfg):
         console.print(f"[yellow]engine tinker: {note}[/yellow]")
-    run_dir = Path(cfg.run.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    random.seed(cfg.run.seed)
-    np.random.seed(cfg.run.seed)
-    torch.manual_seed(cfg.run.seed)
-    train_tasks, eval_tasks, experts_path = prepare_data(cfg)
-    natural_tasks = natural_eval_tasks(cfg)
-    checkpoint = resume_from or (latest_checkpoint(run_dir) if resume else None)
-    state = read_state(checkpoint) if checkpoint is not None else TrainState(phase="sft" if cfg.sft.enabled else "grpo")
+    start = start_run(cfg, resume, resume_from)
+    run_dir, train_tasks, eval_tasks, experts_path = start.run_dir, start.train_tasks, start.eval_tasks, start.experts_path
+    natural_tasks, checkpoint, state = start.natural_tasks, start.checkpoint, start.state
     tokenizer = load_tokenizer(cfg.model.name)
     server = local_server(cfg, run_dir) if cfg.tinker.base_url == LOCAL else None
     with server if server is not None else contextlib.nullcontext():
@@ -466,5 +466,6 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
             callbacks.on_train_end(summary)
         finally:
             engine.close()
+            close_service(service)
     _report(run_dir)
     return summary
