@@ -164,9 +164,12 @@ def test_a_crash_mid_sft_resumes_exactly(trained, monkeypatch):
 @pytest.mark.slow
 def test_kl_to_the_warm_start_survives_a_resume_mid_grpo(tmp_path, monkeypatch):
     """Full fine-tune with a KL loss: the reference is the warm start (KL 0 at the first step, then not),
-    and a run resumed after GRPO step 1 rebuilds it from that checkpoint: step 2 repeats exactly."""
+    and a run resumed after GRPO step 1 rebuilds it from that checkpoint: step 2 repeats exactly. The
+    reward is bench/tinker_step.py's (each turn's length parity): two SFT steps leave groups that tie
+    under the heuristic, and a step without signal would not move the policy off its reference."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "bench"))
     kl = ["algo.kl_coef=0.1", "algo.use_kl_loss=true", "sft.max_steps=2", "sft.save_every=0", "eval.before=false",
-          "eval.after_sft=false", "eval.after_grpo=false"]
+          "eval.after_sft=false", "eval.after_grpo=false", "reward.fn=tinker_step:LengthParity"]
     trainer.train(config(tmp_path, "straight", *kl))
     straight = [r for r in rows(tmp_path / "straight") if r["phase"] == "grpo"]
     assert straight[0]["ref_kl"] == pytest.approx(0.0, abs=1e-3) and straight[1]["ref_kl"] > 1e-5
