@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"inference"},
     {"rewards"},
     {"envs", "data"},
-    {"eval"},
+    {"eval", "integrations"},
     {"training"},
     {"cli"},
 ]

@@ -13,6 +13,7 @@ from mcprl.cli.errors import print_error
 from mcprl.cli.eval import app as eval_app
 from mcprl.cli.eval import report_command
 from mcprl.cli.judge import app as judge_app
+from mcprl.cli.openenv import app as openenv_app
 from mcprl.cli.servers import app as servers_app
 from mcprl.cli.tinker import app as tinker_app
 from mcprl.cli.tools import app as tools_app
@@ -34,6 +35,7 @@ app.add_typer(env_app, name="env")
 app.add_typer(judge_app, name="judge")
 app.add_typer(eval_app, name="eval")
 app.add_typer(tinker_app, name="tinker")
+app.add_typer(openenv_app, name="openenv")
 app.command("report")(report_command)
 app.command("train")(train_command)
 models_app = typer.Typer(no_args_is_help=True, help="Local models.")

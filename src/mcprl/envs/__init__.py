@@ -1,10 +1,13 @@
-"""Environments. Importing this package registers `mcp_tool_env` with skyrl_gym."""
+"""Environments. Importing this package registers `mcp_tool_env` and `openenv_env` with skyrl_gym."""
 
 from skyrl_gym.envs.registration import register, registry
 
 ENV_ID = "mcp_tool_env"
+OPENENV_ID = "openenv_env"
+ENTRY_POINTS = {ENV_ID: "mcprl.envs.mcp_env:MCPToolEnv", OPENENV_ID: "mcprl.envs.openenv_env:OpenEnvEnv"}
 
-if ENV_ID not in registry:
-    register(id=ENV_ID, entry_point="mcprl.envs.mcp_env:MCPToolEnv")
+for _id, _entry in ENTRY_POINTS.items():
+    if _id not in registry:
+        register(id=_id, entry_point=_entry)
 
-__all__ = ["ENV_ID"]
+__all__ = ["ENTRY_POINTS", "ENV_ID", "OPENENV_ID"]

@@ -31,13 +31,44 @@ class EnvConfig:
 
     @classmethod
     def from_any(cls, raw: Any) -> EnvConfig:
-        if isinstance(raw, EnvConfig):
-            return raw
-        data = dict(raw or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown env_config keys {unknown}; known: {sorted(known)}")
-        if "formats" in data:
-            data["formats"] = tuple(data["formats"])
-        return cls(**data)
+        return _from_any(cls, raw)
+
+
+@dataclass
+class OpenEnvConfig:
+    """`openenv_env`: any OpenEnv environment server as an mcprl env (mcprl's call format, SkyRL's generator)."""
+
+    url: str | None = None  # http://HOST:PORT (or ws://HOST:PORT/ws); a row's extra_info.openenv_url wins
+    max_turns: int | None = None  # default: the row's max_turns, else 5
+    observation_role: Literal["user", "tool"] = "user"
+    answer_tag: str = "answer"
+    formats: tuple[str, ...] = ("hermes", "json", "xml")
+    max_idle_turns: int | None = 2
+    max_observation_chars: int = 1500
+    connect_timeout_s: float = 10.0
+    message_timeout_s: float = 60.0
+    # The episode counts as solved when a step's reward reaches this (or the server's metadata says task_complete).
+    success_reward: float = 1.0
+    # The tool `<answer>X</answer>` calls, with X as its first parameter; auto: the first of answer, submit,
+    # submit_answer, submit_final_answer the server offers (none: an answer just ends the episode).
+    answer_tool: str | None = "auto"
+    # Environments without MCP tools: the step action, with "{text}" standing for the model's turn (its
+    # <answer> if it gave one); None: {"<first string field of /schema's action>": "{text}"}.
+    action: dict[str, Any] | None = None
+
+    @classmethod
+    def from_any(cls, raw: Any) -> OpenEnvConfig:
+        return _from_any(cls, raw)
+
+
+def _from_any(cls: type, raw: Any) -> Any:
+    if isinstance(raw, cls):
+        return raw
+    data = dict(raw or {})
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown env_config keys {unknown}; known: {sorted(known)}")
+    if "formats" in data:
+        data["formats"] = tuple(data["formats"])
+    return cls(**data)

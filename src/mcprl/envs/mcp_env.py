@@ -34,7 +34,7 @@ from mcprl.tools.sync import shared_tool_manager
 
 log = logging.getLogger(__name__)
 INTERNAL_ERROR_PENALTY = -0.2
-_COUNTERS = ("tool_calls", "tool_ok", "tool_timeouts", "tool_errors", "unknown_tool", "invalid_arguments",
+COUNTERS = ("tool_calls", "tool_ok", "tool_timeouts", "tool_errors", "unknown_tool", "invalid_arguments",
              "malformed", "no_action", "faults_injected")
 
 
@@ -64,12 +64,13 @@ class MCPToolEnv(BaseTextEnv):
         self.init_tool_groups([self.group])
         self.history: list[dict[str, str]] = []
         self.trace: list[dict[str, Any]] = []
-        self.counts = dict.fromkeys(_COUNTERS, 0)
+        self.counts = dict.fromkeys(COUNTERS, 0)
         self.answered = False
         self.success = False
         self.episode_reward = 0.0
         self.idle_turns = 0  # consecutive turns with neither a tool call nor an answer
         self.stop_reason: StopReason | None = None
+        self.last_result: dict[str, Any] | None = None  # the last turn's tool result (OpenEnv replies carry it)
 
     @property
     def task_id(self) -> str:
@@ -101,11 +102,13 @@ class MCPToolEnv(BaseTextEnv):
         self.history.append({"role": "assistant", "content": action})
         parsed = parse_action(action, answer_tag=self.cfg.answer_tag, formats=self.cfg.formats)
         result: dict[str, Any] | None = None
+        self.last_result = None
         observation = None
         fault = None
         if parsed.kind == "tool_call":
             result = self._call(parsed)
             fault = result.pop("injected_fault", None)
+            self.last_result = result
             observation = tool_response(result, self.cfg.max_observation_chars)
         elif parsed.kind == "malformed":
             observation = tool_response({"ok": False, "error": f"malformed tool call: {parsed.error}. "
@@ -192,7 +195,7 @@ class MCPToolEnv(BaseTextEnv):
         """Rates over all calls/turns of all episodes (micro-averages), plus per-episode means."""
         if not metrics:
             return {}
-        total = {k: sum(m.get(k, 0) for m in metrics) for k in (*_COUNTERS, "turns")}
+        total = {k: sum(m.get(k, 0) for m in metrics) for k in (*COUNTERS, "turns")}
         n, calls, turns = len(metrics), max(total["tool_calls"], 1), max(total["turns"], 1)
         return {
             "tool_calls": total["tool_calls"] / n,

@@ -72,8 +72,11 @@ def system_prompt(tools: Iterable[ToolInfo], *, style: Style = "hermes", answer_
 
 def tool_response(result: dict[str, Any], max_chars: int = 1500) -> str:
     """What the model sees after a call, in training data and at run time alike."""
+    return f"<tool_response>\n{tool_result_text(result, max_chars)}\n</tool_response>"
+
+
+def tool_result_text(result: dict[str, Any], max_chars: int = 1500) -> str:
+    """A call's result (`{ok, data | error}`) as the text inside <tool_response>: what the model reads of it."""
     payload = result.get("data") if result.get("ok") else {"error": result.get("error", "unknown error")}
     text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    if len(text) > max_chars:
-        text = f"{text[:max_chars]}…[truncated]"
-    return f"<tool_response>\n{text}\n</tool_response>"
+    return f"{text[:max_chars]}…[truncated]" if len(text) > max_chars else text

@@ -14,8 +14,9 @@ from mcprl.protocol.parsing import ParsedAction
 
 # Why an episode ended, as the env reports it in its last step's metadata and metrics: an answer, the
 # task's success criteria met (done_on_success), the turn limit, `max_idle_turns` turns without an action,
-# the context full (set by the rollout, which sees token counts), or an env failure.
-StopReason = Literal["answered", "solved", "max_turns", "idle", "context_overflow", "error"]
+# the context full (set by the rollout, which sees token counts), an env failure, or the environment's own
+# end (an OpenEnv server's done: its owner decides when an episode is over).
+StopReason = Literal["answered", "solved", "max_turns", "idle", "context_overflow", "error", "env_done"]
 STOP_REASONS: tuple[str, ...] = StopReason.__args__  # type: ignore[attr-defined]
 STEP_MIN, STEP_MAX = -1.0, 1.0
 

@@ -24,7 +24,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from mcprl.data.sample import FORMATS as DATA_FORMATS
-from mcprl.envs.config import EnvConfig
+from mcprl.envs.config import EnvConfig, OpenEnvConfig
 from mcprl.errors import ConfigError, closest, suggest
 from mcprl.options import opt
 from mcprl.rewards.base import RewardSettings
@@ -267,6 +267,21 @@ class VLLMConfig:
 
 
 @dataclass
+class OpenEnvRolloutConfig:
+    """Rows with `env_class: openenv_env` (docs/openenv.md); the turn limits and roles are rollout's own."""
+
+    url: str | None = opt(None, "The OpenEnv server (http://HOST:PORT); a row's extra_info.openenv_url wins.")
+    connect_timeout_s: float = opt(OpenEnvConfig.connect_timeout_s, "Seconds to open a session.")
+    message_timeout_s: float = opt(OpenEnvConfig.message_timeout_s, "Seconds to wait for each reply.")
+    success_reward: float = opt(OpenEnvConfig.success_reward, "A step reward at or above this counts the episode "
+                                                              "solved (or the server's task_complete).")
+    answer_tool: str | None = opt(OpenEnvConfig.answer_tool, "The server tool an <answer> calls; auto: answer, submit, "
+                                                             "submit_answer or submit_final_answer, if offered.")
+    action: dict[str, Any] | None = opt(None, "Servers without MCP tools: the step action, \"{text}\" standing for "
+                                              "the model's turn; default: the first string field of /schema's action.")
+
+
+@dataclass
 class RolloutConfig:
     backend: Literal["auto", "hf", "vllm"] = opt(
         "auto", "Generation backend; auto picks vLLM for LoRA when vLLM and a CUDA GPU are present, else HF.")
@@ -296,6 +311,8 @@ class RolloutConfig:
     vllm: VLLMConfig = opt(VLLMConfig(), "vLLM engine settings.")
     faults: FaultConfig = opt(FaultConfig(), "Tool calls that fail on purpose, seeded by task and call number: a "
                                              "curriculum for recovering (docs/environment.md#injected-faults).")
+    openenv: OpenEnvRolloutConfig = opt(OpenEnvRolloutConfig(), "OpenEnv environments (rows with env_class "
+                                                                  "openenv_env).")
 
 
 @dataclass
@@ -1062,3 +1079,10 @@ def env_config(cfg: TrainConfig, *, absolute_paths: bool = False) -> dict[str, A
             "max_idle_turns": r.max_idle_turns,
             "reward_fn": settings.fn, "reward_weights": settings.weights, "judge": settings.judge,
             "reward_options": settings.options, "faults": _changed(r.faults, FaultConfig())}
+
+
+def openenv_env_config(cfg: TrainConfig) -> dict[str, Any]:
+    """`openenv_env`'s settings (`mcprl.envs.config.OpenEnvConfig` fields) from a training config."""
+    r = cfg.rollout
+    return {**asdict(r.openenv), "max_turns": r.max_turns, "max_idle_turns": r.max_idle_turns,
+            "observation_role": r.observation_role}

@@ -36,6 +36,7 @@ class MCPSkyRLGymConfig(SkyRLGymConfig):
     fields, so our env gets a field of its own name (EnvConfig's keys, checked by EnvConfig)."""
 
     mcp_tool_env: dict = field(default_factory=dict)
+    openenv_env: dict = field(default_factory=dict)
 
 
 def make_generator(
@@ -47,6 +48,7 @@ def make_generator(
     sampling: Mapping[str, Any],
     max_env_workers: int = 4,
     env_config: Mapping[str, Any] | None = None,
+    openenv_config: Mapping[str, Any] | None = None,
     on_episode: Callable[[], None] | None = None,
     **generator_options: Any,
 ) -> MCPGenerator:
@@ -54,7 +56,8 @@ def make_generator(
     keys (max_generate_length, temperature, top_p, top_k, min_p, logprobs, stop); the engine's
     defaults are set from the same values through SkyRL's own vLLM conversion, so a `GeneratorInput`
     with `sampling_params=None` and one with the trainer's converted params generate alike.
-    `env_config` reaches every `mcp_tool_env` (EnvConfig fields); `on_episode` is called as each episode
+    `env_config` reaches every `mcp_tool_env` (EnvConfig fields), `openenv_config` every `openenv_env`
+    (OpenEnvConfig fields); `on_episode` is called as each episode
     ends; `generator_options` are further `GeneratorConfig` fields (e.g. `zero_reward_on_non_stop`)."""
     try:
         sampling_cfg = SkyRLSamplingParams(**sampling)
@@ -71,7 +74,8 @@ def make_generator(
     )
     return MCPGenerator(
         generator_cfg=generator_cfg,
-        skyrl_gym_cfg=MCPSkyRLGymConfig(max_env_workers=max_env_workers, mcp_tool_env=dict(env_config or {})),
+        skyrl_gym_cfg=MCPSkyRLGymConfig(max_env_workers=max_env_workers, mcp_tool_env=dict(env_config or {}),
+                                        openenv_env=dict(openenv_config or {})),
         inference_engine_client=engine,
         tokenizer=tokenizer,
         on_episode=on_episode,

@@ -11,7 +11,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from mcprl.training.config import FinetuneConfig, TrainConfig, env_config, resolve_rollout_backend
+from mcprl.training.config import FinetuneConfig, TrainConfig, env_config, openenv_env_config, resolve_rollout_backend
 from mcprl.models.devices import configure_threads, pick_device, pick_dtype
 from mcprl.inference.engine import BatchingEngine, HFInferenceEngine, InferenceError
 from mcprl.models.loading import load_model, resolve_model
@@ -102,7 +102,7 @@ def rollouts_for(cfg: TrainConfig, engine: BatchingEngine, tokenizer: PreTrained
     r = cfg.rollout
     return Rollouts(engine, tokenizer, env_config=env_config(cfg), max_turns=r.max_turns,
                     max_input_length=r.max_input_length, max_new_tokens=r.max_new_tokens,
-                    overlong_filter=r.overlong_filter)
+                    overlong_filter=r.overlong_filter, openenv_config=openenv_env_config(cfg))
 
 
 def _vllm_engine(cfg: TrainConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dtype: torch.dtype,

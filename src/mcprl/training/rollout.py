@@ -1,4 +1,5 @@
-"""Episodes through SkyRL's own `SkyRLGymGenerator` over `mcp_tool_env`, for training and evaluation.
+"""Episodes through SkyRL's own `SkyRLGymGenerator` over each row's env (`mcp_tool_env`, `openenv_env`), for
+training and evaluation.
 
 One place turns tasks into a `GeneratorInput` (group_size samples per task), runs SkyRL's loop with
 our in-process engine (HF or vLLM), and turns its output back into per-trajectory records (the eval format).
@@ -13,14 +14,13 @@ from copy import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-import mcprl.envs  # noqa: F401 - registers mcp_tool_env
+import mcprl.envs  # noqa: F401 - registers mcp_tool_env and openenv_env
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import PreTrainedTokenizerBase
 
 from mcprl._skyrl import TrajectoryID
 from mcprl.data.sample import SkyRLSample
-from mcprl.envs import ENV_ID
 from mcprl.inference.engine import BatchingEngine
 from mcprl.protocol.parsing import stop_strings
 from mcprl.training.generator import make_generator
@@ -39,10 +39,12 @@ class RolloutResult:
 
 class Rollouts:
     def __init__(self, engine: BatchingEngine, tokenizer: PreTrainedTokenizerBase, *, env_config: dict[str, Any],
-                 max_turns: int, max_input_length: int, max_new_tokens: int, overlong_filter: bool = False) -> None:
+                 max_turns: int, max_input_length: int, max_new_tokens: int, overlong_filter: bool = False,
+                 openenv_config: dict[str, Any] | None = None) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.env_config = env_config
+        self.openenv_config = openenv_config or {}
         self.max_turns = max_turns
         self.max_input_length = max_input_length
         self.max_new_tokens = max_new_tokens
@@ -63,12 +65,13 @@ class Rollouts:
         """`on_episode` is called as each episode ends (a progress bar: episodes end in any order)."""
         generator = make_generator(self.engine, self.tokenizer, max_turns=self.max_turns,
                                    max_input_length=self.max_input_length, sampling=sampling,
-                                   max_env_workers=ENV_WORKERS, env_config=self.env_config, on_episode=on_episode,
+                                   max_env_workers=ENV_WORKERS, env_config=self.env_config,
+                                   openenv_config=self.openenv_config, on_episode=on_episode,
                                    apply_overlong_filtering=self.overlong_filter)
         samples = [t for t in tasks for _ in range(n_per_task)]
         batch = {
             "prompts": [list(s.prompt) for s in samples],
-            "env_classes": [ENV_ID] * len(samples),
+            "env_classes": [s.env_class for s in samples],
             "env_extras": [{"reward_spec": s.reward_spec, "extra_info": s.extra_info, "data_source": s.data_source}
                            for s in samples],
             "sampling_params": None,

@@ -24,10 +24,10 @@ import yaml
 
 from mcprl._skyrl import EnvironmentConfig, SkyRLTrainConfig, validate_cfg
 from mcprl.data.sample import read_samples, write_samples
-from mcprl.envs import ENV_ID
+from mcprl.envs import ENV_ID, OPENENV_ID
 from mcprl.envs.config import EnvConfig
 from mcprl.errors import ConfigError
-from mcprl.training.config import TrainConfig, env_config, resolve_wandb_mode
+from mcprl.training.config import TrainConfig, env_config, openenv_env_config, resolve_wandb_mode
 from mcprl.training.generator import MCPSkyRLGymConfig
 
 _SCHEDULERS = {"constant": "constant_with_warmup", "cosine": "cosine"}
@@ -296,7 +296,8 @@ def _generator_overrides(cfg: TrainConfig) -> dict[str, Any]:
 def _environment_overrides(cfg: TrainConfig, notes: list[str]) -> dict[str, Any]:
     """EnvConfig fields from the training config; Ray workers start elsewhere, so paths become absolute."""
     env = {f"environment.skyrl_gym.{ENV_ID}.{k}": v for k, v in env_config(cfg, absolute_paths=True).items()}
-    return {"environment.env_class": ENV_ID, **env}
+    openenv = {f"environment.skyrl_gym.{OPENENV_ID}.{k}": v for k, v in openenv_env_config(cfg).items()}
+    return {"environment.env_class": ENV_ID, **env, **openenv}
 
 
 def _model_path(name: str, prepare: bool) -> str:

@@ -1,0 +1,1 @@
+"""mcprl's tasks as an OpenEnv environment server (`mcprl openenv serve`)."""
