@@ -47,6 +47,17 @@ class SkyRLSample:
                    extra_info=row.get("extra_info") or {}, env_class=row.get("env_class", ENV_CLASS))
 
 
+def as_openenv_row(sample: SkyRLSample, url: str | None = None) -> SkyRLSample:
+    """The same task as an `openenv_env` row, for a server that serves it (`mcprl openenv serve`): reset picks it by
+    task_id, the server's tools make the system prompt, and the server scores it (reward_spec method `env`)."""
+    gt = sample.ground_truth
+    question = next((m for m in sample.prompt if m["role"] == "user"), None)
+    truth = {"task_id": gt["task_id"], **{k: gt[k] for k in ("complexity", "max_turns") if k in gt}}
+    info = {**sample.extra_info, "reset_kwargs": {"task_id": gt["task_id"]}, **({"openenv_url": url} if url else {})}
+    return SkyRLSample(sample.data_source, [question] if question else [], {"method": "env", "ground_truth": truth},
+                       info, env_class="openenv_env")
+
+
 def sample_schema() -> dict[str, Any]:
     return json.loads(resources.files("mcprl.data").joinpath("schemas/skyrl_sample.schema.json").read_text())
 

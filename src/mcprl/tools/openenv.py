@@ -82,8 +82,9 @@ class OpenEnvSession:
         self.url = ws_url(url)
         self.message_timeout_s = message_timeout_s
         try:
+            # entered as a context manager (websockets >= 16 warns otherwise); `close` leaves it
             self._ws = connect(self.url, open_timeout=connect_timeout_s, max_size=None,
-                               additional_headers=headers or None)
+                               additional_headers=headers or None).__enter__()
         except (OSError, TimeoutError, WebSocketException) as exc:
             raise OpenEnvError(f"cannot open an OpenEnv session at {self.url}: {type(exc).__name__}: {exc}") from None
         self.closed = False

@@ -140,6 +140,9 @@ def build_app(pool: TaskPool, env_config: EnvConfig, *, max_sessions: int = 16, 
                                        "/mcp": {"post": {"responses": {"200": {"description": "JSON-RPC 2.0"}}}}}})
 
     async def rpc(message: Any, session_id: str | None = None) -> dict[str, Any]:
+        return redact(await answer(message, session_id))
+
+    async def answer(message: Any, session_id: str | None) -> dict[str, Any]:
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
             return _rpc_error(INVALID_REQUEST, "Invalid request: a JSON-RPC 2.0 object with a method", None)
         method, rid = message["method"], message.get("id")
@@ -168,12 +171,12 @@ def build_app(pool: TaskPool, env_config: EnvConfig, *, max_sessions: int = 16, 
                                                       "then reset over /ws?session_id=...): calls are episode steps", rid)
                 session = sessions.get(sid)
                 reply = await sessions.run(session, session.episode.step, action)
-                return _rpc_result(redact({**reply.observation, "reward": reply.reward, "done": reply.done}), rid)
+                return _rpc_result({**reply.observation, "reward": reply.reward, "done": reply.done}, rid)
             return _rpc_error(METHOD_NOT_FOUND, f"Method not found: {method}", rid)
         except EpisodeError as exc:
             return _rpc_error(INVALID_PARAMS, str(exc), rid)
         except Exception as exc:  # noqa: BLE001 - a reply, never a dropped connection
-            return _rpc_error(INTERNAL_ERROR, redact(f"{type(exc).__name__}: {exc}"), rid)
+            return _rpc_error(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", rid)
 
     async def mcp_http(request: Request) -> JSONResponse:
         try:
