@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 import mcprl.envs  # noqa: F401 - registers openenv_env
 from mcprl.cli.main import app as cli
 from mcprl.data.rules import generate
-from mcprl.data.sample import as_openenv_row
+from mcprl.data.sample import as_openenv_row, read_samples, write_samples
+from mcprl.data.validate import validate_file
 from mcprl.envs.config import EnvConfig
 from mcprl.integrations.openenv.app import build_app, running
 from mcprl.integrations.openenv.episode import TaskPool
@@ -252,12 +253,22 @@ def test_the_trl_shim_offers_the_tools_as_methods_and_scores_the_episode(served,
     assert env.done and episode_reward([env]) == [pytest.approx(env.reward)] and env.reward > 1.0
 
 
-def test_serve_refuses_bad_input_in_one_line(tmp_path):
+def test_rows_and_serve_in_one_line_each(tmp_path, tasks):
     runner = CliRunner()
     result = runner.invoke(cli, ["openenv", "serve", "--data", str(tmp_path / "none.jsonl")])
     assert result.exit_code == 2 and "no such file" in result.output and "Traceback" not in result.output
-    rows = tmp_path / "rows.jsonl"
-    rows.write_text(json.dumps(as_openenv_row(generate(1, seed=3, progress=False).samples[0]).to_dict()) + "\n")
+    source, rows = tmp_path / "tasks.jsonl", tmp_path / "rows.jsonl"
+    write_samples(tasks.samples, source)
+    result = runner.invoke(cli, ["openenv", "rows", "--data", str(source), "--out", str(rows), "--url", "http://h:1"])
+    assert result.exit_code == 0, result.output
+    converted = read_samples(rows)
+    assert [r.task_id for r in converted] == [t.task_id for t in tasks.samples]
+    assert {r.env_class for r in converted} == {"openenv_env"} and converted[0].extra_info["openenv_url"] == "http://h:1"
+    assert converted[0].extra_info["reset_kwargs"] == {"task_id": tasks.samples[0].task_id}
+    assert validate_file(rows, max_tokens=None).ok  # the schema's openenv_env branch
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(rows.read_text().replace('"task_id": "rules', '"id": "rules'))
+    assert "task_id: required field is missing" in str(validate_file(broken, max_tokens=None).problems[0])
     result = runner.invoke(cli, ["openenv", "serve", "--data", str(rows)])
     assert result.exit_code == 2 and "only mcp_tool_env tasks can be served" in result.output
     result = runner.invoke(cli, ["openenv", "serve", "--data", str(rows), "--max-sessions", "0"])

@@ -63,3 +63,28 @@ def serve(
     typer.echo(f"OpenEnv server at http://{host}:{port} (WebSocket ws://{host}:{port}/ws, {max_sessions} sessions); "
                "Ctrl-C stops it.")
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+@app.command()
+def rows(
+    data: Annotated[Path, typer.Option(help="mcprl tasks (.jsonl, .json or .parquet)")],
+    out: Annotated[Path, typer.Option(help="The openenv_env rows to write")],
+    url: Annotated[str | None, typer.Option(help="Put this server's URL in every row (else rollout.openenv.url)")] = None,
+) -> None:
+    """The same tasks as `env_class: openenv_env` rows that an `openenv serve` of them answers (reset by task_id,
+    scored by the server): mcprl trains and evaluates on them over OpenEnv like any OpenEnv environment.
+
+    Example: mcprl openenv rows --data data/processed/quickstart_test.jsonl --out data/openenv_test.jsonl
+    """
+    from mcprl.data.sample import as_openenv_row, read_samples, write_samples
+
+    try:
+        if not data.is_file():
+            raise ConfigError(f"--data {data}: no such file")
+        tasks = read_samples(data)
+        write_samples([as_openenv_row(t, url) for t in tasks], out)
+    except McprlError as exc:
+        fail(exc)
+    except ValueError as exc:
+        fail(ConfigError(str(exc)))
+    typer.echo(f"{len(tasks)} openenv_env rows -> {out}")
