@@ -121,6 +121,31 @@ def test_prepare_writes_parquet_that_skyrls_dataset_and_the_env_read_back(tmp_pa
     assert json.loads(extras["extra_info"]) == {"split": "train", "i": 3}
 
 
+def test_openenv_rows_reach_skyrls_dataset_with_their_env_and_its_settings(tmp_path):
+    """`env_class: openenv_env` rows under SkyRL's trainer: the row's env class and reset kwargs come back from
+    SkyRL's own dataset, and the env's settings sit where SkyRL's generator hands them to it."""
+    from skyrl.train.dataset import PromptDataset
+
+    from mcprl.data.sample import as_openenv_row
+
+    rows = write_samples([as_openenv_row(sample(i)) for i in range(4)], tmp_path / "rows.jsonl")
+    cfg = quickstart(tmp_path, f"data.train={rows}", f"data.eval={rows}", "algo.prompts_per_step=2",
+                     "rollout.openenv.url=http://10.0.0.2:8000", "rollout.openenv.success_reward=0.5")
+    p = plan(cfg, prepare=True)
+    skyrl = build_skyrl_config(p.overrides)
+    assert skyrl.environment.skyrl_gym.openenv_env["url"] == "http://10.0.0.2:8000"
+    assert skyrl.environment.skyrl_gym.openenv_env["success_reward"] == 0.5
+    messages, env_class, extras, _ = PromptDataset(datasets=[str(p.train_data)], tokenizer=CharTokenizer(),
+                                                   max_prompt_length=10_000, num_workers=1)[1]
+    assert env_class == "openenv_env" and messages == [sample(1).prompt[-1]]
+    assert json.loads(extras["extra_info"])["reset_kwargs"] == {"task_id": "t1"}
+    import skyrl_gym
+
+    import mcprl.envs  # noqa: F401
+    env = skyrl_gym.make("openenv_env", env_config=skyrl.environment.skyrl_gym.openenv_env, extras=extras)
+    assert env.reset_kwargs == {"task_id": "t1"} and env.task_id == "t1" and env.max_turns == 4  # JSON text, read
+
+
 class CharTokenizer:
     """Enough of a tokenizer for PromptDataset's length filter: one token per 4 characters."""
 

@@ -21,7 +21,7 @@ from mcprl.envs.mcp_env import COUNTERS, _plain
 from mcprl.tools.openenv import OpenEnvError, OpenEnvSession, StepResult, http_url
 from mcprl.protocol.parsing import parse_action
 from mcprl.protocol.prompt import call_example, system_prompt, tool_response
-from mcprl.rewards.ground_truth import positive_int
+from mcprl.rewards.ground_truth import json_mapping, positive_int
 
 log = logging.getLogger(__name__)
 ANSWER_TOOLS = ("answer", "submit", "submit_answer", "submit_final_answer")
@@ -40,8 +40,7 @@ class OpenEnvEnv(BaseTextEnv):
         super().__init__()
         self.cfg = OpenEnvConfig.from_any(_plain(env_config))
         extras = dict(extras or {})
-        info = extras.get("extra_info") if isinstance(extras.get("extra_info"), dict) else {}
-        truth = (extras.get("reward_spec") or {}).get("ground_truth") or {}
+        info, truth = _mapping(extras.get("extra_info")), _mapping(_mapping(extras.get("reward_spec")).get("ground_truth"))
         self.url = info.get("openenv_url") or self.cfg.url
         self.reset_kwargs = dict(info.get("reset_kwargs") or extras.get("reset_kwargs") or {})
         self._task_id = str(truth.get("task_id") or info.get("task_id") or "openenv")
@@ -206,6 +205,14 @@ class OpenEnvEnv(BaseTextEnv):
         from mcprl.envs.mcp_env import MCPToolEnv
 
         return MCPToolEnv.aggregate_metrics(metrics)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """A row field as a mapping: SkyRL's parquet rows hand them over as JSON text; a broken one counts as empty."""
+    try:
+        return json_mapping(value, "row field")
+    except ValueError:
+        return {}
 
 
 def _result_data(result: Any) -> Any:
