@@ -7,9 +7,12 @@ import importlib.util
 import math
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "grpo_loop.py"
 
 
+@pytest.mark.slow  # 90 s on the 2-core machine: make test-all
 def test_the_minimal_grpo_loop_runs_a_step(tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location("grpo_loop", EXAMPLE)
     module = importlib.util.module_from_spec(spec)

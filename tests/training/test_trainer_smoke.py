@@ -133,6 +133,7 @@ def test_the_report_has_its_page_and_charts(trained):
     assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
 
+@pytest.mark.slow  # 3+ minutes (its SFT and evals) on the 2-core machine: make test-all; test_baseline.py is the arithmetic
 def test_sft_alone_at_equal_time_compares_with_the_run(trained):
     # `--equal-time`: SFT alone on the run's config, compared with its last eval (a shorter budget here than
     # the plan's arithmetic, test_baseline.py, would give: 1.5x the run's SFT time is 6 steps).
