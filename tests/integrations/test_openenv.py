@@ -197,7 +197,10 @@ def test_openenv_env_through_skyrls_generator_matches_the_direct_env(served, tas
         return rollouts.run(rows, 1, rollouts.sampling(0.0)).trajectories
 
     direct = run(tasks.samples)
-    wired = run([as_openenv_row(s) for s in tasks.samples], served)
+    rows = [as_openenv_row(s) for s in tasks.samples]
+    del rows[0].reward_spec["ground_truth"]["complexity"]  # a hand-written row need not say
+    wired = run(rows, served)
+    assert wired[0]["complexity"] == "unknown"
     assert [t["success"] for t in wired] == [True] * len(tasks.samples) == [t["success"] for t in direct]
     assert [t["reward"] for t in wired] == pytest.approx([t["reward"] for t in direct])
     assert [[s["tool"] for s in t["turns"]] for t in wired] == [[s["tool"] for s in t["turns"]] for t in direct]

@@ -103,6 +103,7 @@ def trajectory_record(sample: SkyRLSample, sample_idx: int, output: dict[str, An
     metrics = (output.get("env_metrics") or [{}] * (i + 1))[i] or {}
     trace = metrics.get("trace") or []
     gt = sample.ground_truth
+    complexity = gt.get("complexity") or "unknown"  # an openenv_env row need not say
     prompt_ids, response_ids = output["prompt_token_ids"][i], output["response_ids"][i]
     answered = bool(metrics.get("answered"))
     success = bool(metrics.get("success"))
@@ -113,13 +114,13 @@ def trajectory_record(sample: SkyRLSample, sample_idx: int, output: dict[str, An
     answers = [t for t in trace if t.get("kind") == "answer"]
     return {
         "task_id": sample.task_id, "sample_idx": sample_idx, "data_source": sample.data_source,
-        "complexity": gt.get("complexity"), "family": sample.family, "input_prompt": sample.prompt,
+        "complexity": complexity, "family": sample.family, "input_prompt": sample.prompt,
         "output_response": tokenizer.decode(response_ids, skip_special_tokens=False),
         "turns": trace, "score": [t.get("reward", 0.0) for t in trace],
         "reward": float(sum(t.get("reward", 0.0) for t in trace)), "success": success, "answered": answered,
         "answer_correct": answers[-1].get("answer_correct") if answers else None,
         "stop_reason": stop, "env_extras": {"task_id": sample.task_id, "data_source": sample.data_source,
-                                            "complexity": gt.get("complexity"),
+                                            "complexity": complexity,
                                             "style": sample.extra_info.get("entity_style") or sample.extra_info.get("style")},
         "prompt_tokens": len(prompt_ids), "response_tokens": len(response_ids), "num_turns": len(trace),
     }
