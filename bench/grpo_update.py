@@ -27,30 +27,19 @@ GROUPS, GROUP_SIZE = 3, 4
 KEEP = [1.0, 0.85, 0.7, 0.55]  # share of the demo's response each rollout of a group keeps
 
 
-def one(detach: str, steps: int) -> dict[str, float]:
+def quickstart_batches(model, tokenizer, steps: int, bf16: bool):
+    """`steps` batches of the shape above, behaviour logprobs the model's own (bench/ppo_step.py uses them too)."""
     import random
 
     import torch
 
     from mcprl.data.rules import generate
     from mcprl.training import grpo
-    from mcprl.training.config import AlgoConfig, ExperimentalConfig
-    from mcprl.models.devices import pick_dtype
     from mcprl.training.logprobs import selected_token_logprobs
-    from mcprl.models.loading import load_model
     from mcprl.training.sft import tokenize_conversation
 
-    torch.set_num_threads(2)
-    model, tokenizer = load_model("smollm2-135m", dtype="float32", device="cpu")
-    model.train()
-    bf16 = pick_dtype("cpu") == torch.bfloat16
     demos = [tokenize_conversation(e["messages"], tokenizer, 1024) for e in generate(300, 1, progress=False).experts]
     rng = random.Random(0)
-    algo = AlgoConfig()
-    config = grpo.skyrl_algorithm_config(algo, 1.0)
-    opt = torch.optim.AdamW(model.parameters(), lr=algo.lr, fused=True)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
-    seconds, tokens, norms = 0.0, 0.0, []
     for _ in range(steps):
         rows = [d for d in rng.sample(demos, GROUPS) for _ in range(GROUP_SIZE)]
         firsts = [d.loss_mask.index(True) for d in rows]
@@ -68,11 +57,32 @@ def one(detach: str, steps: int) -> dict[str, float]:
         with torch.no_grad():
             own = selected_token_logprobs(model, ids, attention, select, bf16=bf16).logprobs
         batch.old_logprobs = grpo.scatter_tokens(own, batch.loss_mask)
+        yield batch
+
+
+def one(detach: str, steps: int) -> dict[str, float]:
+    import torch
+
+    from mcprl.models.devices import pick_dtype
+    from mcprl.models.loading import load_model
+    from mcprl.training import grpo
+    from mcprl.training.config import AlgoConfig, ExperimentalConfig
+
+    torch.set_num_threads(2)
+    model, tokenizer = load_model("smollm2-135m", dtype="float32", device="cpu")
+    model.train()
+    bf16 = pick_dtype("cpu") == torch.bfloat16
+    algo = AlgoConfig()
+    config = grpo.skyrl_algorithm_config(algo, 1.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=algo.lr, fused=True)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    seconds, tokens, norms = 0.0, 0.0, []
+    for batch in quickstart_batches(model, tokenizer, steps, bf16):
         t0 = time.perf_counter()
         metrics = grpo.update(model, batch, config, algo, opt, sched, pad_id=tokenizer.pad_token_id,
                               temperature=1.0, bf16=bf16, experimental=ExperimentalConfig(grpo_detach=detach))
         seconds += time.perf_counter() - t0
-        tokens += sum(ends)
+        tokens += sum(len(ids) for ids in batch.input_ids)
         norms.append(metrics["grad_norm"])
     return {"s_per_update": seconds / steps, "positions": tokens / steps, "grad_norm": norms[0],
             "bf16": float(bf16)}

@@ -22,6 +22,7 @@ from skyrl.backends.skyrl_train.utils.ppo_utils import (  # noqa: E402
     apply_loss_reduction_to_advantages_minibatch,
     compute_advantages_and_returns,
     compute_approx_kl,
+    ppo_critic_loss,
 )
 from skyrl.train.config import AlgorithmConfig, GeneratorConfig, SamplingParams  # noqa: E402
 from skyrl.train.config.config import EnvironmentConfig, SkyRLGymConfig, SkyRLTrainConfig  # noqa: E402
@@ -35,7 +36,7 @@ __all__ = [
     "PolicyLossRegistry", "SamplingParams", "SkyRLGymConfig", "SkyRLGymGenerator", "SkyRLTrainConfig",
     "TrainingCallback", "TrainingControl", "TrajectoryID", "apply_loss_reduction_to_advantages_minibatch",
     "base_ppo_exp", "compute_advantages_and_returns", "compute_approx_kl", "get_vllm_sampling_params",
-    "handle_dynamic_sampling", "initialize_ray", "tinker_server", "validate_cfg",
+    "handle_dynamic_sampling", "initialize_ray", "ppo_critic_loss", "tinker_server", "validate_cfg",
 ]  # fmt: skip
 
 

@@ -25,6 +25,11 @@ GRPO_NAMES: dict[str, str] = {
     **{key: f"update/{key}" for key in (
         "policy_loss", "ratio_mean", "ratio_std", "kl", "ref_kl", "entropy", "clip_frac", "grad_norm", "lr",
         "trained_tokens", "adv_abs_mean", "rows", "demo_rows", "active_rows", "episode_credit_rows")},
+    # PPO's critic (algo.advantage_estimator gae)
+    **{f"critic_{key}": f"critic/{key}" for key in (
+        "value_loss", "values_mean", "returns_mean", "explained_variance", "value_clip_frac", "value_grad_norm",
+        "value_lr", "fitted_explained_variance")},
+    "critic_only": "critic/warmup",
     # where the time and memory went
     "time_s": "time/step_s", "rollout_s": "time/rollout_s", "rss_gb": "system/rss_gb",
     # greedy probes of the guard (experimental)
@@ -78,6 +83,15 @@ MEANINGS: dict[str, str] = {
     "trained_tokens": "tokens in the loss", "adv_abs_mean": "mean |advantage| per token",
     "rows": "rollouts in the batch", "demo_rows": "expert demo rows in it", "active_rows": "rows with a non-zero advantage",
     "episode_credit_rows": "rows kept by turn credit (experimental)",
+    "critic_value_loss": "PPO's clipped value loss (algo.advantage_estimator gae)",
+    "critic_values_mean": "mean value on the trained tokens, before the critic's update",
+    "critic_returns_mean": "mean GAE return on them",
+    "critic_explained_variance": "1 - Var(returns - values) / Var(returns) before the update: 1 perfect, <= 0 useless",
+    "critic_fitted_explained_variance": "the same with the values of the critic's last pass over the batch",
+    "critic_value_clip_frac": "share of tokens whose value the clip held",
+    "critic_value_grad_norm": "the critic's gradient norm before clipping",
+    "critic_value_lr": "the critic's learning rate",
+    "critic_only": "1 on the critic's warm-up steps (the policy did not train)",
     "time_s": "the step's seconds", "rollout_s": "seconds of it in rollouts", "rss_gb": "resident memory, GB",
     "guard_success": "greedy probe success (experimental guard)", "guard_restored": "1 when the guard put the best weights back",
     "sft_loss": "mean token NLL of the demos", "sft_tokens": "tokens in the loss", "sft_ppl": "exp(loss)",

@@ -235,3 +235,12 @@ def test_tensorboard_gets_every_key_under_its_namespaced_name(tmp_path, monkeypa
     assert tags == {"sft/loss", "sft/lr", "rollout/reward_mean", "update/ratio_mean", "update/ratio_std",
                     "rollout/frac_prompts_with_signal", "update/policy_loss", "update/kl", "time/rollout_s",
                     "update/adv_abs_mean", "grpo/some_new_metric"}
+
+
+def test_a_critic_that_explains_nothing_is_reported_once_after_its_warm_up():
+    cb = PPOHealthCallback(patience=2)
+    rows = [{"phase": "grpo", "critic_explained_variance": -0.2, "critic_only": 1.0}] * 3  # warm-up: not judged
+    rows += [{"phase": "grpo", "critic_explained_variance": ev} for ev in (0.0, -0.1, -0.3, 0.4)]
+    for step, row in enumerate(rows, 1):
+        cb.on_step(step, row)
+    assert len(cb.warnings) == 1 and "step 5: critic explained variance has been <= 0 for 2 steps" in cb.warnings[0]

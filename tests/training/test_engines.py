@@ -49,6 +49,7 @@ def test_the_tinker_plan_says_where_it_trains_and_what_it_leaves_out():
     ({"kl_coef": 0.1}, "no KL term"),
     ({"policy_loss": "gspo"}, "the Tinker API has no such loss"),
     ({"epochs": 2}, "one optimizer step per GRPO step"),
+    ({"advantage_estimator": "gae"}, "needs a critic, which the Tinker API does not train"),
 ])
 def test_tinker_refuses_what_the_api_cannot_do_at_load_time(overrides, message):
     cfg = TrainConfig()
@@ -72,3 +73,11 @@ def test_a_remote_tinker_needs_its_key_and_model_but_never_prints_the_key(monkey
     cfg.tinker.model = "meta-llama/Llama-3.2-1B"
     plan = get_engine("tinker").plan(cfg, RunRequest())
     assert "https://tinker.example.com" in plan and "tml-secret" not in plan and "reduction sum" in plan
+
+
+def test_the_embedded_plan_describes_the_critic_under_gae():
+    cfg = TrainConfig()
+    assert "critic:" not in get_engine("embedded").plan(cfg, RunRequest())
+    cfg.algo.advantage_estimator = "gae"
+    line = next(x for x in get_engine("embedded").plan(cfg, RunRequest()).splitlines() if x.startswith("critic:"))
+    assert "smollm2-135m (lora, r=16) + value head" in line and "M of 135M parameters trained" in line and "GiB" in line

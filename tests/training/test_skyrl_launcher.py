@@ -146,6 +146,20 @@ def test_openenv_rows_reach_skyrls_dataset_with_their_env_and_its_settings(tmp_p
     assert env.reset_kwargs == {"task_id": "t1"} and env.task_id == "t1" and env.max_turns == 4  # JSON text, read
 
 
+def test_gae_maps_the_critic_to_skyrls_trainer_critic(tmp_path, datasets):
+    train, test = datasets
+    cfg = quickstart(tmp_path, f"data.train={train}", f"data.eval={test}", "algo.advantage_estimator=gae",
+                     "algo.lambd=0.95", "critic.lr=3e-5", "critic.value_clip=0.5", "critic.mode=full")
+    skyrl = build_skyrl_config(plan(cfg).overrides)  # plan() runs SkyRL's own validate_cfg
+    assert skyrl.trainer.algorithm.advantage_estimator == "gae" and skyrl.trainer.algorithm.lambd == 0.95
+    assert skyrl.trainer.algorithm.value_clip == 0.5
+    assert skyrl.trainer.critic.model.path == skyrl.trainer.policy.model.path
+    assert skyrl.trainer.critic.optimizer_config.lr == 3e-5 and skyrl.trainer.critic.model.lora.rank == 0
+    with pytest.raises(ConfigError, match="no critic-only steps"):
+        plan(quickstart(tmp_path, f"data.train={train}", f"data.eval={test}", "algo.advantage_estimator=gae",
+                        "critic.warmup_steps=2"))
+
+
 class CharTokenizer:
     """Enough of a tokenizer for PromptDataset's length filter: one token per 4 characters."""
 

@@ -182,6 +182,25 @@ def test_kl_to_the_warm_start_survives_a_resume_mid_grpo(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+def test_ppo_with_a_critic_resumes_exactly(tmp_path, monkeypatch):
+    """GAE and a LoRA critic in the real loop: critic metrics every step, the critic in the checkpoints, and a
+    run resumed after GRPO step 1 repeats step 2's policy and value losses."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "bench"))
+    ppo = ["algo.advantage_estimator=gae", "algo.lambd=0.95", "algo.group_size=2", "sft.max_steps=2",
+           "sft.save_every=0", "eval.before=false", "eval.after_sft=false", "eval.after_grpo=false",
+           "reward.fn=tinker_step:LengthParity"]
+    trainer.train(config(tmp_path, "straight", *ppo))
+    straight = [r for r in rows(tmp_path / "straight") if r["phase"] == "grpo"]
+    assert all("critic_value_loss" in r and "critic_explained_variance" in r for r in straight)
+    assert (tmp_path / "straight" / "checkpoints" / "step_done" / "critic.pt").is_file()
+    crash_then_resume(monkeypatch, config(tmp_path, "crashed", *ppo), "grpo", 2)
+    again = [r for r in rows(tmp_path / "crashed") if r["phase"] == "grpo"][-1]
+    assert again["step"] == 2
+    for key in ("policy_loss", "critic_value_loss", "critic_values_mean"):
+        assert again[key] == pytest.approx(straight[1][key], abs=1e-4), key
+
+
+@pytest.mark.slow
 def test_guard_ends_on_its_best_probe_and_a_resume_keeps_its_record(tmp_path, monkeypatch):
     """The guard in the real loop: a greedy probe before GRPO and after each step, decisions that follow the
     scores, the final weights equal to the best probe's checkpoint, and a crash mid-GRPO that resumes to the

@@ -170,11 +170,15 @@ class PPOHealthCallback(Callback):
         self.max_kl = max_kl
         self.ratio_tol = ratio_tol
         self.flat_steps: list[int] = []
+        self.flat_critic = 0  # steps in a row with the critic's explained variance <= 0
         self.history: list[dict[str, float | None]] = []
         self.warnings: list[str] = []
 
     def on_step(self, step: int, metrics: dict[str, Any]) -> None:
-        if metrics.get("phase", "grpo") != "grpo" or "ratio_std" not in metrics:
+        if metrics.get("phase", "grpo") != "grpo":
+            return
+        self._watch_critic(step, metrics)
+        if "ratio_std" not in metrics:
             return
         m = {k: to_number(metrics.get(k)) for k in ("ratio_mean", "ratio_std", "clip_frac", "kl", "entropy")}
         self.history.append({"step": step, **m})
@@ -197,6 +201,20 @@ class PPOHealthCallback(Callback):
         if m["ratio_mean"] is not None and abs(m["ratio_mean"] - 1) > self.ratio_tol:
             self._warn(step, f"ratio_mean is {m['ratio_mean']:.3g}, far from 1: the rollout logprobs do not match the "
                              f"trainer's forward pass (token alignment, chat template, temperature, stale weights)")
+
+    def _watch_critic(self, step: int, metrics: dict[str, Any]) -> None:
+        """PPO's critic: explained variance at or below 0 for `patience` steps after its warm-up is a warning
+        (once): its values explain nothing of the returns, so GAE's advantages are the raw returns' noise."""
+        ev = to_number(metrics.get("critic_explained_variance"))
+        if ev is None or metrics.get("critic_only"):
+            return
+        self.flat_critic = self.flat_critic + 1 if ev <= 0 else 0
+        if self.patience and self.flat_critic == self.patience:
+            self._warn(step, f"critic explained variance has been <= 0 for {self.patience} steps (now {ev:.3g}): its "
+                             f"values explain none of the returns. Usual causes: (1) the value head is not learning "
+                             f"(critic.lr too low, or its parameters frozen); (2) rewards too sparse to fit (most "
+                             f"returns equal; shaped step rewards help); (3) critic.lr too high (value_loss rising); "
+                             f"critic.warmup_steps gives it steps alone first")
 
     def _warn(self, step: int, message: str) -> None:
         self.warnings.append(f"step {step}: {message}")

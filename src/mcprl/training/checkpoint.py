@@ -78,7 +78,10 @@ def set_rng_state(state: dict[str, Any], extra: dict[str, torch.Generator] | Non
 
 def save_checkpoint(run_dir: Path, state: TrainState, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                     optimizer: torch.optim.Optimizer | None, scheduler: Any, generators: dict[str, torch.Generator],
-                    keep: int = 2, averaged: WeightAverage | None = None) -> Path:
+                    keep: int = 2, averaged: WeightAverage | None = None,
+                    also: Callable[[Path], None] | None = None) -> Path:
+    """`also(tmp)` writes further state into the checkpoint (PPO's critic)."""
+
     def write(tmp: Path) -> None:
         model.save_pretrained(tmp / "model")  # a PEFT model writes only its adapter
         tokenizer.save_pretrained(tmp / "model")
@@ -86,6 +89,8 @@ def save_checkpoint(run_dir: Path, state: TrainState, model: PreTrainedModel, to
                     "scheduler": scheduler.state_dict() if scheduler else None,
                     "rng": rng_state(generators),
                     "averaged": averaged.state_dict() if averaged is not None else None}, tmp / "training.pt")
+        if also is not None:
+            also(tmp)
 
     return write_checkpoint(run_dir, state, write, keep)
 

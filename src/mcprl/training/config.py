@@ -39,8 +39,8 @@ Detach = Literal["none", "prompt", "context"]  # what `selected_token_logprobs` 
 # Sections of the recipe layout: each file holds its own sections plus, optionally, the shared ones.
 RECIPE_FILES = {"model.yaml": ("model", "finetune"), "algo_grpo.yaml": ("algo", "sft", "experimental"),
                 "rollout.yaml": ("rollout", "reward")}
-SHARED_SECTIONS = ("run", "data", "eval", "logging", "skyrl", "tinker")
-# Estimators that need a learned value function; mcprl configures none.
+SHARED_SECTIONS = ("run", "data", "eval", "logging", "skyrl", "tinker", "critic")
+# Estimators that need a learned value function: they train the `critic` section's value model (critic.py).
 CRITIC_ESTIMATORS = ("gae",)
 
 
@@ -227,9 +227,29 @@ class AlgoConfig:
     save_every: int = opt(5, "Checkpoint every N GRPO steps (0: only at the end).")
     lr_scheduler: LRSchedule = opt("constant", "Learning-rate schedule after warm-up.")
     warmup_steps: int = opt(2, "Linear warm-up steps: a full fine-tune's first AdamW step moves every weight by ~lr.")
+    gamma: float = opt(1.0, "GAE discount per token (advantage_estimator gae; SkyRL's algorithm.gamma).")
+    lambd: float = opt(1.0, "GAE lambda (advantage_estimator gae; SkyRL's algorithm.lambd).")
     health_patience: int = opt(3, "Stop after this many GRPO steps with zero ratio std despite signal (0: never).")
     dynamic_sampling: DynamicSamplingConfig = opt(
         DynamicSamplingConfig(), "Resample prompts whose group has no reward variance (no GRPO gradient).")
+
+
+@dataclass
+class CriticConfig:
+    """PPO's value model, trained when algo.advantage_estimator is gae (docs/training.md, "PPO with a critic")."""
+
+    model: str | None = opt(None, "Value model's backbone: an HF id or local directory; default model.name.")
+    mode: Literal["lora", "full"] = opt("lora", "What of the backbone trains (the value head always does): lora "
+                                                "adapters, or every weight.")
+    lora: LoraConfig = opt(LoraConfig(), "The critic's LoRA (mode lora).")
+    lr: float = opt(1e-4, "The critic's AdamW learning rate (constant after lr_warmup_steps).")
+    lr_warmup_steps: int = opt(1, "Linear warm-up of the critic's learning rate, in its optimizer steps.")
+    value_clip: float | None = opt(0.2, "Clip new values to old values +- this in the loss (SkyRL's value_clip; "
+                                        "null: plain squared error).")
+    warmup_steps: int = opt(0, "GRPO steps at the start where only the critic trains (the policy waits for values "
+                               "better than zero).")
+    micro_batch_size: int = opt(4, "Rows per critic forward/backward.")
+    grad_clip: float = opt(1.0, "The critic's max gradient norm.")
 
 
 @dataclass
@@ -412,6 +432,7 @@ class TrainConfig:
     logging: LoggingConfig = opt(LoggingConfig(), "Metrics and experiment tracking.")
     skyrl: SkyRLConfig = opt(SkyRLConfig(), "SkyRL's distributed trainer only (engine skyrl).")
     tinker: TinkerConfig = opt(TinkerConfig(), "The Tinker API only (engine tinker).")
+    critic: CriticConfig = opt(CriticConfig(), "PPO's value model (algo.advantage_estimator gae).")
     experimental: ExperimentalConfig = opt(ExperimentalConfig(), "Off-by-default knobs under measurement.")
 
     @property
@@ -756,12 +777,18 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
          "sft.batch_size, sft.micro_batch_size and sft.max_seq_len must be >= 1"),
         (s.warmup_steps >= 0, f"sft.warmup_steps must be >= 0, got {s.warmup_steps}"),
         (s.ema_decay is None or 0 < s.ema_decay < 1, f"sft.ema_decay must be in (0, 1) or null, got {s.ema_decay}"),
-        (a.group_size >= 2, f"algo.group_size must be >= 2 for GRPO (advantages compare rollouts of one prompt), "
+        (a.group_size >= 2 or a.advantage_estimator in CRITIC_ESTIMATORS,
+         f"algo.group_size must be >= 2 for GRPO (advantages compare rollouts of one prompt), "
                             f"got {a.group_size}"),
-        (a.advantage_estimator not in CRITIC_ESTIMATORS,
-         f"algo.advantage_estimator={a.advantage_estimator} needs a critic model, which mcprl does not configure; "
-         f"use grpo, rloo, reinforce++ or maxrl"),
         (a.prompts_per_step >= 1, f"algo.prompts_per_step must be >= 1, got {a.prompts_per_step}"),
+        (0 <= a.gamma <= 1 and 0 <= a.lambd <= 1, f"algo.gamma and algo.lambd must be in [0, 1], got {a.gamma} and {a.lambd}"),
+        (cfg.critic.lr > 0 and cfg.critic.micro_batch_size >= 1 and cfg.critic.lr_warmup_steps >= 0,
+         "critic.lr must be > 0, critic.micro_batch_size >= 1 and critic.lr_warmup_steps >= 0"),
+        (cfg.critic.value_clip is None or cfg.critic.value_clip > 0,
+         f"critic.value_clip must be > 0 or null, got {cfg.critic.value_clip}"),
+        (0 <= cfg.critic.warmup_steps < a.steps or a.advantage_estimator not in CRITIC_ESTIMATORS,
+         f"critic.warmup_steps={cfg.critic.warmup_steps} must be >= 0 and below algo.steps={a.steps} (the policy "
+         f"would never train)"),
         (a.steps >= 1, f"algo.steps must be >= 1, got {a.steps} (use --sft-only to skip GRPO)"),
         (x.probe.per_family >= 0, f"experimental.probe.per_family must be >= 0 (0: off), got {x.probe.per_family}"),
         (0 < x.probe.keep_below <= 1, f"experimental.probe.keep_below must be in (0, 1], got {x.probe.keep_below}"),

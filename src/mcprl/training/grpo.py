@@ -26,6 +26,7 @@ from mcprl._skyrl import (
 )
 from mcprl.training.config import AlgoConfig, ExperimentalConfig
 from mcprl.training.credit import Key, episode_keys, turn_advantages
+from mcprl.training.critic import Critic, critic_update, values_for
 from mcprl.training.logprobs import selected_token_logprobs
 
 
@@ -53,7 +54,7 @@ def skyrl_algorithm_config(algo: AlgoConfig, temperature: float) -> AlgorithmCon
         eps_clip_low=algo.eps_clip_low, eps_clip_high=algo.eps_clip_high, clip_ratio_c=algo.clip_ratio_c,
         use_kl_loss=algo.use_kl_loss and algo.kl_coef > 0, kl_loss_coef=algo.kl_coef,
         use_kl_in_reward=not algo.use_kl_loss and algo.kl_coef > 0, kl_estimator_type=algo.kl_estimator,
-        temperature=temperature)
+        temperature=temperature, gamma=algo.gamma, lambd=algo.lambd)
 
 
 def build_batch(output: dict[str, Any], group_ids: list[str]) -> GRPOBatch:
@@ -86,20 +87,27 @@ def build_batch(output: dict[str, Any], group_ids: list[str]) -> GRPOBatch:
 
 
 def advantages(batch: GRPOBatch, config: AlgorithmConfig, *, negative_weight: float = 1.0,
-               credit: str = "episode") -> tuple[torch.Tensor, int]:
-    """SkyRL's estimator, moved onto the turns that made the difference when `credit` is "turn"
-    (experimental.credit, mcprl.training.credit), then negative advantages scaled by `negative_weight`
-    (experimental.negative_weight). Returns them and how many rows kept an episode advantage under turn credit."""
-    index = np.array(batch.group_ids, dtype=object)
-    adv, _ = compute_advantages_and_returns(
-        token_level_rewards=batch.token_rewards, response_mask=batch.loss_mask, index=index,
-        adv_estimator=config.advantage_estimator, config=config, grpo_norm_by_std=config.grpo_norm_by_std)
+               credit: str = "episode", values: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """SkyRL's estimator (with the critic's `values` for GAE: `returns_of` gives its returns), moved onto the
+    turns that made the difference when `credit` is "turn" (experimental.credit, mcprl.training.credit), then
+    negative advantages scaled by `negative_weight` (experimental.negative_weight). Returns them and how many
+    rows kept an episode advantage under turn credit."""
+    adv, _ = estimate(batch, config, values)
     kept = 0
     if credit == "turn":
         actions = batch.turn_actions or [None] * batch.size
         adv, kept = turn_advantages(adv, batch.loss_mask, batch.group_ids, actions)
     adv = torch.where(adv < 0, adv * negative_weight, adv)
     return adv * batch.loss_mask, kept
+
+
+def estimate(batch: GRPOBatch, config: AlgorithmConfig, values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, returns) from SkyRL's registry; GAE reads the step rewards on each turn's last token."""
+    index = np.array(batch.group_ids, dtype=object)
+    return compute_advantages_and_returns(
+        token_level_rewards=batch.token_rewards, response_mask=batch.loss_mask, index=index,
+        adv_estimator=config.advantage_estimator, config=config, values=values,
+        grpo_norm_by_std=config.grpo_norm_by_std, gamma=config.gamma, lambd=config.lambd)
 
 
 def token_tensors(batch: GRPOBatch, rows: list[int], pad_id: int) -> tuple[torch.Tensor, ...]:
@@ -162,9 +170,12 @@ def fill_unknown_behaviour(model: PreTrainedModel, batch: GRPOBatch, pad_id: int
 def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, algo: AlgoConfig,
            optimizer: torch.optim.Optimizer, scheduler: Any, *, pad_id: int, temperature: float, bf16: bool,
            ref_model: PreTrainedModel | None = None,
-           experimental: ExperimentalConfig | None = None) -> dict[str, float]:
+           experimental: ExperimentalConfig | None = None, critic: Critic | None = None,
+           train_policy: bool = True) -> dict[str, float]:
     """Advantages, then `algo.epochs` passes of micro-batched forward/backward with one optimizer step each;
-    `experimental` knobs (negative_weight, credit, grpo_detach) change it only when set."""
+    `experimental` knobs (negative_weight, credit, grpo_detach) change it only when set. With a `critic`
+    (advantage_estimator gae), its values feed GAE and it trains on every row (`critic/*` metrics); without
+    `train_policy` (the critic's warm-up steps) only the critic does."""
     experimental = experimental or ExperimentalConfig()
     use_kl = algo.kl_coef > 0
     all_rows = list(range(batch.size))
@@ -179,7 +190,16 @@ def update(model: PreTrainedModel, batch: GRPOBatch, config: AlgorithmConfig, al
         metrics["ref_kl"] = float((kl * batch.loss_mask).sum() / total_tokens)
         if config.use_kl_in_reward:
             batch.token_rewards = batch.token_rewards - algo.kl_coef * kl
-    adv, kept = advantages(batch, config, negative_weight=experimental.negative_weight, credit=experimental.credit)
+    values = None
+    if critic is not None:
+        values = values_for(critic, batch, pad_id)
+        _, returns = estimate(batch, config, values)
+        metrics |= {f"critic_{k}": v for k, v in critic_update(critic, batch, returns, values, pad_id,
+                                                                epochs=algo.epochs).items()}
+        if not train_policy:
+            return metrics
+    adv, kept = advantages(batch, config, negative_weight=experimental.negative_weight, credit=experimental.credit,
+                           values=values)
     boundaries = group_boundaries(batch.group_ids)
     scaled = apply_loss_reduction_to_advantages_minibatch(
         adv, batch.loss_mask, config.loss_reduction, algo.micro_batch_size, batch.loss_mask.shape[1],

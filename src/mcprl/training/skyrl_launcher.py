@@ -27,7 +27,7 @@ from mcprl.data.sample import read_samples, write_samples
 from mcprl.envs import ENV_ID, OPENENV_ID
 from mcprl.envs.config import EnvConfig
 from mcprl.errors import ConfigError
-from mcprl.training.config import TrainConfig, env_config, openenv_env_config, resolve_wandb_mode
+from mcprl.training.config import CRITIC_ESTIMATORS, TrainConfig, env_config, openenv_env_config, resolve_wandb_mode
 from mcprl.training.generator import MCPSkyRLGymConfig
 
 _SCHEDULERS = {"constant": "constant_with_warmup", "cosine": "cosine"}
@@ -150,6 +150,9 @@ def _check_supported(cfg: TrainConfig) -> None:
             (x.grpo_detach != "none", f"grpo_detach={x.grpo_detach}", "set it to none (SkyRL's gradient is exact)")):
         if on:
             raise ConfigError(f"experimental.{setting} runs in the embedded trainer only; {fix} for SkyRL's trainer")
+    if cfg.algo.advantage_estimator in CRITIC_ESTIMATORS and cfg.critic.warmup_steps:
+        raise ConfigError(f"critic.warmup_steps={cfg.critic.warmup_steps}: SkyRL's trainer has no critic-only steps; "
+                          "set 0 (the embedded trainer runs them)")
     if cfg.finetune.mode == "full" and cfg.finetune.top_layers is not None:
         raise ConfigError(f"finetune.top_layers={cfg.finetune.top_layers} with mode full: SkyRL's trainer fine-tunes "
                           "every weight; set top_layers: null, or use mode lora (adapters on the top layers)")
@@ -262,7 +265,32 @@ def _trainer_overrides(cfg: TrainConfig, work: Path, *, n_train: int, n_eval: in
     }
     if a.loss_reduction == "seq_mean_token_sum_norm":
         values["trainer.algorithm.max_seq_len"] = cfg.rollout.vllm.max_model_len
+    if a.advantage_estimator in CRITIC_ESTIMATORS:
+        values |= _critic_overrides(cfg, model_path if cfg.critic.model is None else _model_path(cfg.critic.model,
+                                                                                                 prepare))
     return values
+
+
+def _critic_overrides(cfg: TrainConfig, critic_path: str) -> dict[str, Any]:
+    """The `critic` section as SkyRL's trainer.critic (its value head is SkyRL's own), GAE's gamma and lambda."""
+    c, a, s = cfg.critic, cfg.algo, cfg.skyrl
+    lora_on = c.mode == "lora"
+    return {
+        "trainer.critic.model.path": critic_path,
+        "trainer.critic.model.lora.rank": c.lora.r if lora_on else 0,
+        "trainer.critic.model.lora.alpha": c.lora.alpha,
+        "trainer.critic.model.lora.target_modules":
+            c.lora.target_modules[0] if c.lora.target_modules == ["all-linear"] else c.lora.target_modules,
+        "trainer.critic.optimizer_config.lr": c.lr,
+        "trainer.critic.optimizer_config.max_grad_norm": c.grad_clip,
+        "trainer.critic.optimizer_config.num_warmup_steps": c.lr_warmup_steps,
+        "trainer.critic_mini_batch_size": a.prompts_per_step,
+        "trainer.placement.critic_num_nodes": s.num_nodes,
+        "trainer.placement.critic_num_gpus_per_node": s.gpus_per_node,
+        "trainer.algorithm.gamma": a.gamma,
+        "trainer.algorithm.lambd": a.lambd,
+        "trainer.algorithm.value_clip": c.value_clip,
+    }
 
 
 def _generator_overrides(cfg: TrainConfig) -> dict[str, Any]:

@@ -40,7 +40,8 @@ from mcprl.training.checkpoint import (
     save_checkpoint,
 )
 from mcprl.models.devices import release_memory, rss_gb
-from mcprl.training.config import AlgoConfig, LRSchedule, PromptOrder, TrainConfig
+from mcprl.training.config import CRITIC_ESTIMATORS, AlgoConfig, LRSchedule, PromptOrder, TrainConfig
+from mcprl.training.critic import Critic, build_critic
 from mcprl.training.evaluate import evaluate_in_run
 from mcprl.training.guard import Guard
 from mcprl.training.guidance import add_expert_demos, demo_turns
@@ -390,12 +391,17 @@ def expert_guide(policy: Policy, cfg: TrainConfig, sampling: dict[str, Any]) -> 
 
 
 def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: TrainState, run_dir: Path,
-             callbacks: CallbackList, resume_from: Path | None, clock: Clock) -> None:
+             callbacks: CallbackList, resume_from: Path | None, clock: Clock) -> Critic | None:
+    """GRPO (PPO with a critic under GAE) to algo.steps; returns the critic, which the final checkpoint keeps."""
     algo = cfg.algo
     opt, sched = optimizer_for(policy, algo.lr, algo.weight_decay, algo.warmup_steps, algo.steps, algo.lr_scheduler)
     generators = {"engine": policy.engine.generator}
+    critic = (build_critic(cfg, next(policy.model.parameters()).device)
+              if algo.advantage_estimator in CRITIC_ESTIMATORS else None)
     if resume_from is not None:
         load_checkpoint(resume_from, policy.model, opt, sched, generators)
+        if critic is not None and state.grpo_step > 0:  # step_grpo_0 (the warm start) has no critic yet
+            critic.load(resume_from)
     if state.grpo_step == 0:
         state.warm_start = str(Path(resume_from).resolve()) if resume_from is not None else None
     reference = kl_reference(policy.model, algo.kl_coef, state, cfg.model.name)
@@ -408,7 +414,8 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
 
     def save() -> Path:
         state.elapsed_s = clock.total
-        return save_checkpoint(run_dir, state, policy.model, policy.tokenizer, opt, sched, generators)
+        return save_checkpoint(run_dir, state, policy.model, policy.tokenizer, opt, sched, generators,
+                               also=critic.save if critic is not None else None)
 
     guard = build_guard(policy, cfg, tasks, state, run_dir)
     if guard is not None:
@@ -424,9 +431,12 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
             t_rollout = time.perf_counter() - t0
             policy.model.train()
             batch = grpo.build_batch(output, uids)
+            train_policy = critic is None or state.grpo_step >= cfg.critic.warmup_steps
             metrics = grpo.update(policy.model, batch, config, algo, opt, sched, pad_id=policy.pad_id,
                                   temperature=cfg.rollout.temperature, bf16=policy.bf16, ref_model=reference,
-                                  experimental=cfg.experimental)
+                                  experimental=cfg.experimental, critic=critic, train_policy=train_policy)
+            if critic is not None:
+                metrics["critic_only"] = float(not train_policy)
             policy.engine.sync_weights()
             release_memory()
             state.grpo_step += 1
@@ -448,6 +458,7 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
             bar.advance(job)
             if action == "best" or (algo.save_every and state.grpo_step % algo.save_every == 0):
                 callbacks.on_checkpoint(state.grpo_step, save())
+    return critic
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -525,13 +536,14 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
                                          {"engine": policy.engine.generator})
         final = checkpoint
         if state.phase == "grpo" and not sft_only:
-            run_grpo(policy, cfg, train_tasks, state, run_dir, callbacks, checkpoint, clock)
+            critic = run_grpo(policy, cfg, train_tasks, state, run_dir, callbacks, checkpoint, clock)
             state.phase = "done"
             if cfg.eval.after_grpo:
                 _evals(policy, cfg, eval_tasks, natural_tasks, run_dir, "grpo", state, callbacks, clock)
             state.elapsed_s = clock.total
             final = save_checkpoint(run_dir, state, policy.model, policy.tokenizer, None, None,
-                                    {"engine": policy.engine.generator})
+                                    {"engine": policy.engine.generator},
+                                    also=critic.save if critic is not None else None)
         summary = summarize(cfg, run_dir, state, clock, final)
     except BaseException:
         with contextlib.suppress(Exception):  # the run's own error is the one to report (a full disk fails both)

@@ -31,3 +31,14 @@ class TrainEngine(Protocol):
     def run(self, cfg: TrainConfig, request: RunRequest) -> None:
         """Train as the config says, writing the run directory (metrics.jsonl, checkpoints, summary.json)."""
         ...
+
+
+def critic_lines(cfg: TrainConfig) -> dict[str, str]:
+    """The dry run's `critic:` line when the estimator trains one (PPO's GAE), else nothing."""
+    from mcprl.training.config import CRITIC_ESTIMATORS
+
+    if cfg.algo.advantage_estimator not in CRITIC_ESTIMATORS:
+        return {}
+    from mcprl.training.critic import critic_plan
+
+    return {"critic": critic_plan(cfg)}

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from mcprl.training.config import TrainConfig, describe, resolve_rollout_backend
-from mcprl.training.engines.base import RunRequest
+from mcprl.training.engines.base import RunRequest, critic_lines
 
 
 class EmbeddedEngine:
     name = "embedded"
 
     def plan(self, cfg: TrainConfig, request: RunRequest) -> str:
-        return describe(cfg, "embedded", request.sft_only)
+        return describe(cfg, "embedded", request.sft_only, lines=critic_lines(cfg))
 
     def run(self, cfg: TrainConfig, request: RunRequest) -> None:
         resolve_rollout_backend(cfg)  # an impossible backend fails before any model loads

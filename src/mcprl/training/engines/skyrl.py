@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mcprl.errors import ConfigError
 from mcprl.training.config import TrainConfig, describe
-from mcprl.training.engines.base import RunRequest
+from mcprl.training.engines.base import RunRequest, critic_lines
 
 
 class SkyRLEngine:
@@ -14,7 +14,7 @@ class SkyRLEngine:
         from mcprl.training import skyrl_launcher
 
         self._check(request)
-        return describe(cfg, "skyrl") + "\n" + skyrl_launcher.dry_run(cfg, resume=request.resume)
+        return describe(cfg, "skyrl", lines=critic_lines(cfg)) + "\n" + skyrl_launcher.dry_run(cfg, resume=request.resume)
 
     def run(self, cfg: TrainConfig, request: RunRequest) -> None:
         from mcprl.training import skyrl_launcher

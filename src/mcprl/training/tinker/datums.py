@@ -19,7 +19,7 @@ from typing import Any, Literal
 import torch
 
 from mcprl._skyrl import apply_loss_reduction_to_advantages_minibatch
-from mcprl.training.config import AlgoConfig, TrainConfig
+from mcprl.training.config import CRITIC_ESTIMATORS, AlgoConfig, TrainConfig
 from mcprl.training.grpo import GRPOBatch, group_boundaries
 
 # algo.policy_loss -> Tinker's loss_fn (the ones both hosted Tinker and SkyRL's server implement)
@@ -47,6 +47,9 @@ def refusal(cfg: TrainConfig) -> str | None:
     if a.policy_loss not in LOSSES:
         return (f"algo.policy_loss={a.policy_loss}: the Tinker API has no such loss; use one of "
                 f"{', '.join(LOSSES)} (regular is PPO's clip)")
+    if a.advantage_estimator in CRITIC_ESTIMATORS:
+        return (f"algo.advantage_estimator={a.advantage_estimator} needs a critic, which the Tinker API does not train; "
+                f"use --engine embedded or skyrl, or a critic-free estimator (grpo, rloo, reinforce++)")
     if a.kl_coef > 0:
         return "algo.kl_coef > 0: the Tinker engine has no KL term (SkyRL's server computes no reference logprobs); set 0"
     if a.epochs != 1:
