@@ -1,13 +1,21 @@
-"""Shared test set-up: offline, one intra-op thread, a private cache for servers' stderr logs."""
+"""Shared test set-up: offline, one intra-op thread per xdist worker, a private cache for servers' stderr logs."""
 
 import os
 import socket
 
 import pytest
 
+from tests.support.threads import TORCH_THREADS
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
+
+if TORCH_THREADS == 1:  # every policy the trainer builds keeps to one thread under xdist (tests/support/threads.py)
+    from mcprl.training import policy
+
+    _configure_threads = policy.configure_threads
+    policy.configure_threads = lambda n=1: _configure_threads(1)
 
 
 def free_port() -> int:

@@ -151,6 +151,7 @@ def test_the_metric_names_table_is_current() -> None:
     assert reference() in (DOCS / "metrics.md").read_text(), "docs/metrics.md: regenerate it with reference()"
 
 
+@pytest.mark.slow  # 70 s on the 2-core machine (its commands generate and execute ~150 tasks): make test-all
 def test_the_data_guide_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/data.md's commands in order, in a fresh directory, against the real offline servers. Three
     changes, each a stand-in the guide names: task counts cut to 12 (`--n 600` takes minutes), the

@@ -21,6 +21,8 @@ def tasks():
     return generate(36, seed=7, progress=False)
 
 
+# 36 s (two more generations): make test-all; test_families.py checks the current generator's seeds
+@pytest.mark.slow
 def test_same_seed_gives_identical_tasks(tasks):
     again = generate(36, seed=7, progress=False)
     dump = lambda out: json.dumps([s.to_dict() for s in out.samples], sort_keys=True)  # noqa: E731
@@ -48,6 +50,8 @@ def test_complex_tasks_chain_over_servers(tasks):
             assert len({step["server"] for step in gt["tool_sequence"]}) >= 2
 
 
+# 21 s (every task replayed on fresh servers): make test-all; test_families.py replays its demos in the env
+@pytest.mark.slow
 def test_stored_answers_rederived_on_fresh_servers(tasks):
     """Replay each task's tool sequence on freshly started servers: same results, same answer."""
     async def replay():
@@ -111,6 +115,8 @@ def test_alert_tasks_span_several_heldout_tickers():
     assert len(held.alert_tickers) >= 5 and set(held.alert_tickers) <= set(held.tickers)
 
 
+# 32 s (two generations of 48): make test-all
+@pytest.mark.slow
 def test_a_split_holds_distinct_plans():
     """No two tasks of a split share a template and its entities while the world has unused ones."""
     for heldout in (False, True):

@@ -26,6 +26,7 @@ from mcprl.training.checkpoint import (
     restore_policy,
     save_checkpoint,
 )
+from tests.support.threads import TORCH_THREADS
 
 from .tiny_model import tiny_llama
 
@@ -93,7 +94,7 @@ def resume_cli(run_dir: Path, data: Path) -> subprocess.CompletedProcess:
     """`mcprl train --resume` on `run_dir`, evals off, as a user would run it."""
     overrides = [f"run.output_dir={run_dir}", f"data.train={data / 'train.jsonl'}", f"data.eval={data / 'test.jsonl'}",
                  "data.generate.n_train=4", "data.generate.n_eval=1", "eval.before=false", "eval.after_sft=false",
-                 "eval.after_grpo=false", "logging.wandb.enabled=false", "model.threads=2"]
+                 "eval.after_grpo=false", "logging.wandb.enabled=false", f"model.threads={TORCH_THREADS}"]
     return subprocess.run([sys.executable, "-m", "mcprl.cli", "train", "-c", "configs/quickstart.yaml", "--resume",
                            *[a for o in overrides for a in ("-o", o)]], capture_output=True, text=True, timeout=300)
 
@@ -228,7 +229,7 @@ KILL_RUN = ["data.generate.n_train=8", "data.generate.n_eval=1", "sft.enabled=fa
             "algo.prompts_per_step=2", "algo.group_size=2", "algo.micro_batch_size=4", "algo.save_every=1",
             "algo.dynamic_sampling.max_sample_batches=1", "algo.prompts=all", "experimental.expert_guidance=true",
             "rollout.max_new_tokens=24", "rollout.max_turns=4", "eval.before=false", "eval.after_sft=false",
-            "eval.after_grpo=false", "logging.wandb.enabled=false", "logging.console_every=0", "model.threads=2"]
+            "eval.after_grpo=false", "logging.wandb.enabled=false", "logging.console_every=0", f"model.threads={TORCH_THREADS}"]
 
 
 def train_cli(tmp_path: Path, run_dir: Path, *flags: str, extra: tuple[str, ...] = ()) -> list[str]:

@@ -35,11 +35,12 @@ def _slips(experts_path):
                for m in json.loads(line)["messages"])
 
 
-def test_generated_once_then_again_only_when_the_generation_settings_change(tmp_path):
+def test_generated_once_then_again_only_when_the_generation_settings_change(tmp_path, generated):
+    _copy(generated, tmp_path)  # what `prepare_data` generated on an empty directory (the fixture)
+    experts = tmp_path / "train.experts.jsonl"
+    written = experts.stat().st_mtime_ns
     train, _, experts = prepare_data(_config(tmp_path))
     assert len(train) == 8 and _slips(experts) == 0
-    written = experts.stat().st_mtime_ns
-    prepare_data(_config(tmp_path))
     assert experts.stat().st_mtime_ns == written  # same settings: the files are reused
 
     again, _, experts = prepare_data(_config(tmp_path, "data.generate.recovery=1.0"))

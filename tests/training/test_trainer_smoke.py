@@ -19,15 +19,16 @@ from mcprl.training import trainer
 from mcprl.training.baseline import compare_with_run, equal_time_config, read_plan
 from mcprl.training.callbacks import Callback, CallbackList
 from mcprl.training.config import load_train_config
+from tests.support.threads import TORCH_THREADS
 
-# One rollout batch a GRPO step: four SFT steps leave groups that mostly tie, and the filter's two extra
+# One rollout batch a GRPO step: three SFT steps of one demo leave groups that mostly tie, and the filter's two extra
 # batches were half this test's time (the filter's loop: test_dynamic_sampling.py; the update: test_grpo.py).
-SMOKE = ["data.generate.n_train=8", "data.generate.n_eval=1", "sft.max_steps=4", "sft.batch_size=2",
+SMOKE = ["data.generate.n_train=8", "data.generate.n_eval=1", "sft.max_steps=3", "sft.batch_size=1",
          "sft.save_every=2", "sft.warmup_steps=1", "sft.max_seconds=null", "sft.max_seq_len=512", "algo.steps=2",
          "algo.prompts_per_step=2", "algo.group_size=2", "algo.micro_batch_size=4", "algo.save_every=1",
          "algo.dynamic_sampling.max_sample_batches=1",
          "rollout.max_new_tokens=24", "rollout.max_turns=2", "eval.max_tasks=1", "logging.wandb.enabled=false",
-         "logging.console_every=0", "model.threads=2"]
+         "logging.console_every=0", f"model.threads={TORCH_THREADS}"]
 
 
 FAKE_SECRETS = {"OPENAI_API_KEY": "sk-smoke-fake-openai-0123456789", "TAVILY_API_KEY": "tvly-smoke-fake-98765432",
@@ -84,7 +85,7 @@ def trained(request, tmp_path_factory):
 
 
 def test_every_step_logs_finite_losses_and_timings(trained):
-    assert [r["step"] for r in trained.sft] == [1, 2, 3, 4] and [r["step"] for r in trained.grpo] == [1, 2]
+    assert [r["step"] for r in trained.sft] == [1, 2, 3] and [r["step"] for r in trained.grpo] == [1, 2]
     assert all(math.isfinite(r["sft_loss"]) for r in trained.sft)
     assert all(math.isfinite(r["policy_loss"]) and math.isfinite(r["reward_mean"]) for r in trained.grpo)
     assert all(0 < r["rollout_s"] <= r["time_s"] and r["rollout_tok_s"] > 0 for r in trained.grpo)
@@ -136,10 +137,10 @@ def test_the_report_has_its_page_and_charts(trained):
 @pytest.mark.slow  # 3+ minutes (its SFT and evals) on the 2-core machine: make test-all; test_baseline.py is the arithmetic
 def test_sft_alone_at_equal_time_compares_with_the_run(trained):
     # `--equal-time`: SFT alone on the run's config, compared with its last eval (a shorter budget here than
-    # the plan's arithmetic, test_baseline.py, would give: 1.5x the run's SFT time is 6 steps).
+    # the plan's arithmetic, test_baseline.py, would give: twice the run's SFT time is 6 steps).
     plan = read_plan(trained.run)
-    assert 0 < plan.sft_seconds < trained.summary["train_seconds"] and plan.sft_steps == 4
-    short = dataclasses.replace(plan, train_seconds=plan.sft_seconds * 1.5)
+    assert 0 < plan.sft_seconds < trained.summary["train_seconds"] and plan.sft_steps == 3
+    short = dataclasses.replace(plan, train_seconds=plan.sft_seconds * 2)
     baseline_cfg = equal_time_config(short, None, [])
     trainer.train(baseline_cfg, sft_only=True)
     baseline = Path(baseline_cfg.run.output_dir)
@@ -150,14 +151,14 @@ def test_sft_alone_at_equal_time_compares_with_the_run(trained):
 
 
 def test_a_crash_mid_sft_resumes_exactly(trained, monkeypatch):
-    # Crash after SFT step 3, whose checkpoint does not exist (the last one is step 2), then resume.
+    # Crash after SFT step 3, the last, whose checkpoint does not exist (the last one is step 2), then resume.
     crashed = config(trained.tmp_path, "crashed", f"finetune.mode={trained.mode}", "eval.before=false",
                      "eval.after_sft=false", "eval.after_grpo=false")
     resumed_summary = crash_then_resume(monkeypatch, crashed, "sft", 3, sft_only=True)
     assert Path(resumed_summary["final_checkpoint"]).name == "step_grpo_0"  # GRPO can start from it later
     resumed = {(r["phase"], r["step"]): r for r in rows(trained.tmp_path / "crashed")}
-    assert [k for k in resumed if k[0] == "sft"] == [("sft", 1), ("sft", 2), ("sft", 3), ("sft", 4)]
-    for step in (3, 4):
+    assert [k for k in resumed if k[0] == "sft"] == [("sft", 1), ("sft", 2), ("sft", 3)]
+    for step in (3,):
         assert resumed[("sft", step)]["sft_loss"] == pytest.approx(
             next(r for r in trained.sft if r["step"] == step)["sft_loss"], abs=1e-4)
 

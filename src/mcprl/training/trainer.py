@@ -214,6 +214,13 @@ def write_rollouts(path: Path, results: list[RolloutResult]) -> None:
     dump_trajectories(as_trajectories(t for r in results for t in [*r.trajectories, *r.guided]), path)
 
 
+@contextlib.contextmanager
+def grpo_progress(label: str, steps: int, done: int) -> Iterator[tuple[Progress, TaskID, TaskID]]:
+    """The GRPO phase's two bars, for every engine: its steps, and the current step's episodes."""
+    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=console, transient=True) as bar:
+        yield bar, bar.add_task(label, total=steps, completed=done), bar.add_task("rollouts", total=None)
+
+
 def sample_step_batch(policy: Policy, algo: AlgoConfig, stream: Iterator[SkyRLSample], state: TrainState,
                       sampling: dict[str, Any], episodes: tuple[Progress, TaskID] | None = None,
                       guide: Guide | None = None) -> tuple[dict[str, Any], list[str], list[RolloutResult]]:
@@ -420,9 +427,7 @@ def run_grpo(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: 
     guard = build_guard(policy, cfg, tasks, state, run_dir)
     if guard is not None:
         guard.begin(resume_from, save)
-    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=console, transient=True) as bar:
-        job = bar.add_task("GRPO", total=algo.steps, completed=state.grpo_step)
-        episodes = bar.add_task("rollouts", total=None)
+    with grpo_progress("GRPO", algo.steps, state.grpo_step) as (bar, job, episodes):
         while state.grpo_step < algo.steps:
             t0 = time.perf_counter()
             policy.engine.reset_stats()
@@ -492,16 +497,16 @@ class RunStart:
 
 
 def start_run(cfg: TrainConfig, resume: bool, resume_from: Path | None) -> RunStart:
-    """Seeds, data (generated when missing), and the state to continue from, read before any model
-    loads so that a broken checkpoint fails at once."""
+    """Seeds, the state to continue from, and data (generated when missing): the state is read before the
+    data is made and any model loads, so that a broken checkpoint fails at once."""
     run_dir = Path(cfg.run.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     random.seed(cfg.run.seed)
     np.random.seed(cfg.run.seed)
     torch.manual_seed(cfg.run.seed)
-    train_tasks, eval_tasks, experts_path = prepare_data(cfg)
     checkpoint = resume_from or (latest_checkpoint(run_dir) if resume else None)
     state = read_state(checkpoint) if checkpoint is not None else TrainState(phase="sft" if cfg.sft.enabled else "grpo")
+    train_tasks, eval_tasks, experts_path = prepare_data(cfg)
     return RunStart(run_dir, train_tasks, eval_tasks, experts_path, natural_eval_tasks(cfg), checkpoint, state)
 
 

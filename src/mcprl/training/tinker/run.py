@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import numpy as np
 import torch
-from rich.progress import MofNCompleteColumn, Progress
+from rich.progress import Progress
 from transformers import AutoConfig, PreTrainedTokenizerBase
 
 from mcprl.data.sample import SkyRLSample
@@ -61,6 +61,7 @@ from mcprl.training.trainer import (
     adopt_evals,
     console,
     demo_families,
+    grpo_progress,
     grpo_prompts,
     lr_factor,
     rollout_metrics,
@@ -344,9 +345,7 @@ def run_grpo(session: Session, tasks: list[SkyRLSample], state: TrainState, call
         next(stream)
     sampling = policy.rollouts.sampling(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
     max_len = cfg.tinker.max_sequence_length or cfg.rollout.max_input_length + cfg.rollout.max_new_tokens
-    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=console, transient=True) as bar:
-        job = bar.add_task("GRPO (tinker)", total=algo.steps, completed=state.grpo_step)
-        episodes = bar.add_task("rollouts", total=None)
+    with grpo_progress("GRPO (tinker)", algo.steps, state.grpo_step) as (bar, job, episodes):
         while state.grpo_step < algo.steps:
             t0 = time.perf_counter()
             policy.engine.reset_stats()
