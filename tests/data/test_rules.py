@@ -142,6 +142,7 @@ def _without_slips(messages):
     return kept
 
 
+@pytest.mark.slow  # the recovering generation (17 s): make test-all; test_families.py checks its slips
 def test_recovery_changes_only_the_demos(tasks, recovering):
     dump = lambda out: json.dumps([s.to_dict() for s in out.samples], sort_keys=True)  # noqa: E731
     assert dump(recovering) == dump(tasks)
@@ -153,6 +154,7 @@ def test_recovery_changes_only_the_demos(tasks, recovering):
         assert _without_slips(expert["messages"]) == plain["messages"]
 
 
+@pytest.mark.slow  # the recovering generation (17 s): make test-all; test_families.py checks its slips
 def test_each_slip_is_a_real_unknown_ticker_error_then_the_task_s_own_call(recovering):
     misleading = 0
     for expert in recovering.experts:
@@ -170,6 +172,7 @@ def test_each_slip_is_a_real_unknown_ticker_error_then_the_task_s_own_call(recov
     assert misleading >= 5  # some hints name a look-alike: the demo copies the task, not the hint
 
 
+@pytest.mark.slow  # the recovering generation (17 s): make test-all; test_families.py checks its slips
 def test_recovering_experts_still_solve_their_tasks_in_the_env(tasks, recovering):
     for sample, expert in zip(tasks.samples, recovering.experts):
         env = MCPToolEnv({}, {"reward_spec": sample.reward_spec, "extra_info": sample.extra_info})

@@ -63,6 +63,7 @@ def test_files_generated_with_other_settings_and_a_method_that_needs_inputs_say_
         prepare_data(_config(tmp_path, "data.generate.method=llm"))
 
 
+@pytest.mark.slow  # 16 s (an experimental knob's demos generated again): make test-all
 def test_expert_guidance_needs_the_demos_even_without_sft(tmp_path, generated):
     _copy(generated, tmp_path)
     experts = tmp_path / "train.experts.jsonl"
