@@ -159,6 +159,10 @@ def metrics_rows(n_sft: int = 5, n_grpo: int = 15, seed: int = 0) -> list[dict]:
                 "episode_len": 3.0,
                 "frac_prompts_with_signal": 0.6,
                 "reward_var_per_prompt_mean": 0.15,
+                "critic_value_loss": 0.5 * math.exp(-j / 5),  # a PPO run: its critic learns
+                "critic_explained_variance": 1.0 - math.exp(-j / 4) - 0.3,
+                "critic_values_mean": success - 0.1,
+                "critic_returns_mean": success + 0.1,
             }
         )
     rows[-1]["kl"] = float("nan")  # a NaN the report must survive

@@ -137,3 +137,17 @@ def test_a_run_of_namespaced_rows_reads_like_one_of_flat_rows(tmp_path):
     flat, spaced = load_run(tmp_path / "flat").metrics, load_run(tmp_path / "namespaced").metrics
     assert sorted(flat.columns) == sorted(spaced.columns)
     assert flat.equals(spaced[flat.columns])
+
+
+def test_the_critic_chart_shows_a_ppo_run_and_says_why_a_grpo_run_has_none(tmp_path: Path):
+    from mcprl.eval.plots import critic
+
+    rows = metrics_rows(n_sft=0, n_grpo=6)
+    for name, written in (("ppo", rows), ("grpo", [{k: v for k, v in r.items() if not k.startswith("critic_")}
+                                                  for r in rows])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in written))
+    loss, variance, *_ = critic(load_run(tmp_path / "ppo")).axes
+    assert list(loss.lines[0].get_ydata()) == [r["critic_value_loss"] for r in rows]
+    assert variance.get_title() == "explained variance of the returns" and variance.get_ylim()[0] < 0 < variance.get_ylim()[1]
+    assert "algo.advantage_estimator: gae" in critic(load_run(tmp_path / "grpo"))

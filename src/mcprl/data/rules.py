@@ -128,45 +128,70 @@ def pick(rng: random.Random, options: tuple[str, ...], **values: Any) -> str:
     return rng.choice(options).format(**values)
 
 
+def one_call(server: str, tool: str, arg: str) -> Callable[[str], tuple[Step, ...]]:
+    return lambda t: (Step(server, tool, fixed(**{arg: t})),)
+
+
+def move_steps(t: str) -> tuple[Step, ...]:
+    """Last trade, previous close, and the percent move between them computed in python."""
+    return (Step("polygon", "get_last_quote", fixed(ticker=t)), Step("polygon", "get_previous_close", fixed(ticker=t)),
+            Step("python", "run_python", lambda r: {"code": pct_code(r[0]["price"], r[1]["close"])}))
+
+
+def growth_steps(t: str) -> tuple[Step, ...]:
+    """The last two annual income statements and the revenue growth between them computed in python."""
+    return (Step("fmp", "get_income_statement", fixed(symbol=t, period="annual", limit=2)),
+            Step("python", "run_python", lambda r: {"code": pct_code(two_statements(r[0])[0]["revenue"],
+                                                                     two_statements(r[0])[1]["revenue"])}))
+
+
+def alert_bar_steps(t: str) -> tuple[Step, ...]:
+    """The latest #alerts message about t, then the daily bar of the day it names."""
+    return (Step("slack", "search_messages", fixed(query=f"{t} in:#alerts", limit=1)),
+            Step("polygon", "get_daily_bars", lambda r: {"ticker": t, "start_date": alert_date(alert_of(r, 0)),
+                                                         "end_date": alert_date(alert_of(r, 0))}))
+
+
 # ------------------------------------------------------------------------------------------- templates
 
-def last_price(rng: random.Random, w: World) -> Draft:
-    t = rng.choice(w.tickers)
-    q = pick(rng, ("What is the latest trade price of {t}?", "Get me the last traded price for {n} ({t}).",
-                   "How much is one {t} share trading for right now?"), t=t, n=w.names[t])
-    return Draft("last_price", "simple", q, (Step("polygon", "get_last_quote", fixed(ticker=t)),),
-                 lambda r: r[0]["price"], (t,))
+def ticker_question(family: str, complexity: str, phrasings: tuple[str, ...], steps: Callable[[str], tuple[Step, ...]],
+                    answer: Callable[[Results], Any], pool: str = "tickers") -> Callable[[random.Random, World], Draft]:
+    """A question about one ticker of the world's `pool` ({t}; {n}: its company name) and the plan that answers it."""
+    def template(rng: random.Random, w: World) -> Draft:
+        t = rng.choice(getattr(w, pool))
+        return Draft(family, complexity, pick(rng, phrasings, t=t, n=w.names[t]), steps(t), answer, (t,))
+
+    return template
 
 
-def previous_close(rng: random.Random, w: World) -> Draft:
-    t = rng.choice(w.tickers)
-    q = pick(rng, ("What was {t}'s closing price in the previous session?",
-                   "At what price did {n} ({t}) close in the previous trading session?"), t=t, n=w.names[t])
-    return Draft("previous_close", "simple", q, (Step("polygon", "get_previous_close", fixed(ticker=t)),),
-                 lambda r: r[0]["close"], (t,))
+def ticker_post(family: str, complexity: str, phrasings: tuple[str, ...], steps: Callable[[str], tuple[Step, ...]],
+                value: Callable[[Results], Any], message: str) -> Callable[[random.Random, World], Draft]:
+    """A value about one ticker, posted to a channel ({c}) as `message` ({t}, {v}) and answered."""
+    def template(rng: random.Random, w: World) -> Draft:
+        t, ch = rng.choice(w.tickers), rng.choice(POST_CHANNELS)
+        post = lambda r: {"channel": ch, "text": message.format(t=t, v=value(r))}  # noqa: E731
+        return Draft(family, complexity, pick(rng, phrasings, t=t, c=ch), (*steps(t), Step("slack", "post_message", post)),
+                     value, (t,), lambda r: [{"tool": "post_message", "params": post(r)}])
+
+    return template
 
 
-def employees(rng: random.Random, w: World) -> Draft:
-    t = rng.choice(w.tickers)
-    q = pick(rng, ("How many employees does {n} ({t}) have?", "What is the total employee count of {t}?"),
-             t=t, n=w.names[t])
-    return Draft("employees", "simple", q, (Step("polygon", "get_ticker_details", fixed(ticker=t)),),
-                 lambda r: r[0]["total_employees"], (t,))
-
-
-def sector(rng: random.Random, w: World) -> Draft:
-    t = rng.choice(w.tickers)
-    q = pick(rng, ("Which sector is {n} ({t}) in?", "What sector does {t} belong to?"), t=t, n=w.names[t])
-    return Draft("sector", "simple", q, (Step("fmp", "get_company_profile", fixed(symbol=t)),),
-                 lambda r: r[0]["sector"], (t,))
-
-
-def pe_ratio(rng: random.Random, w: World) -> Draft:
-    t = rng.choice(w.tickers)
-    q = pick(rng, ("What is the P/E ratio of {t}?", "What price-to-earnings ratio does {n} ({t}) trade at?"),
-             t=t, n=w.names[t])
-    return Draft("pe_ratio", "simple", q, (Step("fmp", "get_quote", fixed(symbol=t)),),
-                 lambda r: required_field(r[0], "pe"), (t,))
+last_price = ticker_question("last_price", "simple", (
+    "What is the latest trade price of {t}?", "Get me the last traded price for {n} ({t}).",
+    "How much is one {t} share trading for right now?"),
+    one_call("polygon", "get_last_quote", "ticker"), lambda r: r[0]["price"])
+previous_close = ticker_question("previous_close", "simple", (
+    "What was {t}'s closing price in the previous session?",
+    "At what price did {n} ({t}) close in the previous trading session?"),
+    one_call("polygon", "get_previous_close", "ticker"), lambda r: r[0]["close"])
+employees = ticker_question("employees", "simple", (
+    "How many employees does {n} ({t}) have?", "What is the total employee count of {t}?"),
+    one_call("polygon", "get_ticker_details", "ticker"), lambda r: r[0]["total_employees"])
+sector = ticker_question("sector", "simple", ("Which sector is {n} ({t}) in?", "What sector does {t} belong to?"),
+                         one_call("fmp", "get_company_profile", "symbol"), lambda r: r[0]["sector"])
+pe_ratio = ticker_question("pe_ratio", "simple", (
+    "What is the P/E ratio of {t}?", "What price-to-earnings ratio does {n} ({t}) trade at?"),
+    one_call("fmp", "get_quote", "symbol"), lambda r: required_field(r[0], "pe"))
 
 
 def calculate(rng: random.Random, w: World) -> Draft:
@@ -196,28 +221,16 @@ def post_message(rng: random.Random, w: World) -> Draft:
                  None, (t,), lambda r: [{"tool": "post_message", "params": {"channel": ch, "text": text}}])
 
 
-def move_since_close(rng: random.Random, w: World) -> Draft:
-    t = rng.choice(w.tickers)
-    q = pick(rng, ("Get the last trade price and the previous close of {t}, then use Python to compute the percent "
-                   "change between them, rounded to 2 decimals.",
-                   "By how many percent did {n} ({t}) move from its previous close to its last trade? Look up both "
-                   "prices, then compute it with Python, rounded to 2 decimals."), t=t, n=w.names[t])
-    steps = (Step("polygon", "get_last_quote", fixed(ticker=t)),
-             Step("polygon", "get_previous_close", fixed(ticker=t)),
-             Step("python", "run_python", lambda r: {"code": pct_code(r[0]["price"], r[1]["close"])}))
-    return Draft("move_since_close", "medium", q, steps, lambda r: printed_number(r[2]), (t,))
-
-
-def revenue_growth(rng: random.Random, w: World) -> Draft:
-    t = rng.choice(w.tickers)
-    q = pick(rng, ("Get {t}'s last two annual income statements and use Python to compute the revenue growth in "
-                   "percent, rounded to 2 decimals.",
-                   "How much did {n} ({t}) grow its annual revenue in the latest fiscal year, in percent? Use its "
-                   "income statements and compute it with Python, rounded to 2 decimals."), t=t, n=w.names[t])
-    steps = (Step("fmp", "get_income_statement", fixed(symbol=t, period="annual", limit=2)),
-             Step("python", "run_python", lambda r: {"code": pct_code(two_statements(r[0])[0]["revenue"],
-                                                                      two_statements(r[0])[1]["revenue"])}))
-    return Draft("revenue_growth", "medium", q, steps, lambda r: printed_number(r[1]), (t,))
+move_since_close = ticker_question("move_since_close", "medium", (
+    "Get the last trade price and the previous close of {t}, then use Python to compute the percent "
+    "change between them, rounded to 2 decimals.",
+    "By how many percent did {n} ({t}) move from its previous close to its last trade? Look up both "
+    "prices, then compute it with Python, rounded to 2 decimals."), move_steps, lambda r: printed_number(r[2]))
+revenue_growth = ticker_question("revenue_growth", "medium", (
+    "Get {t}'s last two annual income statements and use Python to compute the revenue growth in "
+    "percent, rounded to 2 decimals.",
+    "How much did {n} ({t}) grow its annual revenue in the latest fiscal year, in percent? Use its "
+    "income statements and compute it with Python, rounded to 2 decimals."), growth_steps, lambda r: printed_number(r[1]))
 
 
 def article_margin(rng: random.Random, w: World) -> Draft:
@@ -230,54 +243,27 @@ def article_margin(rng: random.Random, w: World) -> Draft:
     return Draft("article_margin", "medium", q, steps, lambda r: article_gross_margin(r[1]), (t,))
 
 
-def quote_and_post(rng: random.Random, w: World) -> Draft:
-    t, ch = rng.choice(w.tickers), rng.choice(POST_CHANNELS)
-    q = pick(rng, ("Get the last trade price of {t} and post '{t} last trade: <price>' to #{c}. Then tell me the "
-                   "price.", "Look up {t}'s latest price, share it in #{c} as '{t} last trade: <price>', and answer "
-                   "with the price."), t=t, c=ch)
-    steps = (Step("polygon", "get_last_quote", fixed(ticker=t)),
-             Step("slack", "post_message", lambda r: {"channel": ch, "text": f"{t} last trade: {r[0]['price']}"}))
-    return Draft("quote_and_post", "medium", q, steps, lambda r: r[0]["price"], (t,),
-                 lambda r: [{"tool": "post_message", "params": {"channel": ch, "text": f"{t} last trade: {r[0]['price']}"}}])
+quote_and_post = ticker_post("quote_and_post", "medium", (
+    "Get the last trade price of {t} and post '{t} last trade: <price>' to #{c}. Then tell me the price.",
+    "Look up {t}'s latest price, share it in #{c} as '{t} last trade: <price>', and answer with the price."),
+    one_call("polygon", "get_last_quote", "ticker"), lambda r: r[0]["price"], "{t} last trade: {v}")
 
 
-def alert_volume(rng: random.Random, w: World) -> Draft:
-    t = rng.choice(w.alert_tickers)
-    q = pick(rng, ("Search Slack for the latest price alert about {t} in #alerts, then get that day's daily bar. "
-                   "What was the trading volume that day?",
-                   "Find the most recent #alerts message about {t} on Slack and look up the daily bar for its date: "
-                   "how many shares traded?"), t=t)
-    steps = (Step("slack", "search_messages", fixed(query=f"{t} in:#alerts", limit=1)),
-             Step("polygon", "get_daily_bars", lambda r: {"ticker": t, "start_date": alert_date(alert_of(r, 0)),
-                                                          "end_date": alert_date(alert_of(r, 0))}))
-    return Draft("alert_volume", "medium", q, steps, lambda r: r[1]["bars"][0]["volume"], (t,))
+alert_volume = ticker_question("alert_volume", "medium", (
+    "Search Slack for the latest price alert about {t} in #alerts, then get that day's daily bar. "
+    "What was the trading volume that day?",
+    "Find the most recent #alerts message about {t} on Slack and look up the daily bar for its date: "
+    "how many shares traded?"), alert_bar_steps, lambda r: r[1]["bars"][0]["volume"], pool="alert_tickers")
 
 
-def move_and_post(rng: random.Random, w: World) -> Draft:
-    t, ch = rng.choice(w.tickers), rng.choice(POST_CHANNELS)
-    q = pick(rng, ("Get the last trade price and previous close of {t}, compute the percent change with Python "
-                   "(2 decimals), post '{t} moved <change>% since the previous close' to #{c}, and answer with the "
-                   "change.",), t=t, c=ch)
-    text = lambda r: f"{t} moved {printed_number(r[2])}% since the previous close"  # noqa: E731
-    steps = (Step("polygon", "get_last_quote", fixed(ticker=t)),
-             Step("polygon", "get_previous_close", fixed(ticker=t)),
-             Step("python", "run_python", lambda r: {"code": pct_code(r[0]["price"], r[1]["close"])}),
-             Step("slack", "post_message", lambda r: {"channel": ch, "text": text(r)}))
-    return Draft("move_and_post", "complex", q, steps, lambda r: printed_number(r[2]), (t,),
-                 lambda r: [{"tool": "post_message", "params": {"channel": ch, "text": text(r)}}])
-
-
-def growth_and_post(rng: random.Random, w: World) -> Draft:
-    t, ch = rng.choice(w.tickers), rng.choice(POST_CHANNELS)
-    q = pick(rng, ("Compute {t}'s annual revenue growth in percent from its last two income statements with Python "
-                   "(2 decimals), post '{t} revenue growth: <growth>%' to #{c}, and answer with the growth.",), t=t, c=ch)
-    text = lambda r: f"{t} revenue growth: {printed_number(r[1])}%"  # noqa: E731
-    steps = (Step("fmp", "get_income_statement", fixed(symbol=t, period="annual", limit=2)),
-             Step("python", "run_python", lambda r: {"code": pct_code(two_statements(r[0])[0]["revenue"],
-                                                                      two_statements(r[0])[1]["revenue"])}),
-             Step("slack", "post_message", lambda r: {"channel": ch, "text": text(r)}))
-    return Draft("growth_and_post", "complex", q, steps, lambda r: printed_number(r[1]), (t,),
-                 lambda r: [{"tool": "post_message", "params": {"channel": ch, "text": text(r)}}])
+move_and_post = ticker_post("move_and_post", "complex", (
+    "Get the last trade price and previous close of {t}, compute the percent change with Python "
+    "(2 decimals), post '{t} moved <change>% since the previous close' to #{c}, and answer with the change.",),
+    move_steps, lambda r: printed_number(r[2]), "{t} moved {v}% since the previous close")
+growth_and_post = ticker_post("growth_and_post", "complex", (
+    "Compute {t}'s annual revenue growth in percent from its last two income statements with Python "
+    "(2 decimals), post '{t} revenue growth: <growth>%' to #{c}, and answer with the growth.",),
+    growth_steps, lambda r: printed_number(r[1]), "{t} revenue growth: {v}%")
 
 
 def compare_pe(rng: random.Random, w: World) -> Draft:
@@ -290,15 +276,12 @@ def compare_pe(rng: random.Random, w: World) -> Draft:
     return Draft("compare_pe", "complex", q, steps, lambda r: printed_number(r[2]), (a, b))
 
 
-def alert_range(rng: random.Random, w: World) -> Draft:
-    t = rng.choice(w.alert_tickers)
-    q = pick(rng, ("Find the latest #alerts message about {t} on Slack, get the daily bar for that date, and use "
-                   "Python to compute the day's high-low range as a percent of the low, rounded to 2 decimals.",), t=t)
-    steps = (Step("slack", "search_messages", fixed(query=f"{t} in:#alerts", limit=1)),
-             Step("polygon", "get_daily_bars", lambda r: {"ticker": t, "start_date": alert_date(alert_of(r, 0)),
-                                                          "end_date": alert_date(alert_of(r, 0))}),
-             Step("python", "run_python", lambda r: {"code": pct_code(r[1]["bars"][0]["high"], r[1]["bars"][0]["low"])}))
-    return Draft("alert_range", "complex", q, steps, lambda r: printed_number(r[2]), (t,))
+alert_range = ticker_question("alert_range", "complex", (
+    "Find the latest #alerts message about {t} on Slack, get the daily bar for that date, and use "
+    "Python to compute the day's high-low range as a percent of the low, rounded to 2 decimals.",),
+    lambda t: (*alert_bar_steps(t), Step("python", "run_python", lambda r: {
+        "code": pct_code(r[1]["bars"][0]["high"], r[1]["bars"][0]["low"])})), lambda r: printed_number(r[2]),
+    pool="alert_tickers")
 
 
 TEMPLATES: dict[str, tuple[Callable[[random.Random, World], Draft], ...]] = {

@@ -4,6 +4,7 @@ run has no data for it. Figures are built without pyplot, so no GUI backend is e
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -20,16 +21,39 @@ WIDE = (9.0, 3.6)
 GRID = (9.0, 6.0)
 
 
-def reward_success(run: RunData) -> Figure | str:
+@dataclass(frozen=True)
+class Panel:
+    """One metric's curve in a chart of GRPO steps (see `_curve`)."""
+
+    col: str
+    title: str
+    band: str | None = None
+    ylim: tuple[float, float] | None = None
+    hline: float | None = None
+
+
+def _grpo_chart(run: RunData, figsize: tuple[float, float], *panels: Panel,
+                what: str = "GRPO steps") -> tuple[Figure, list[Axes]] | str:
+    """The panels side by side (a 2 x 2 grid for four), or why none has data."""
     df = run.grpo
-    if not _has(df, "reward_mean", "success_rate"):
-        return "no GRPO steps with reward_mean or success_rate in metrics.jsonl"
-    fig = Figure(figsize=WIDE, layout="constrained")
-    ax_r, ax_s = fig.subplots(1, 2)
-    _curve(ax_r, df, "reward_mean", "reward (mean over batch)", band="reward_std")
-    _curve(ax_s, df, "success_rate", "success rate", ylim=(0, 1))
-    if _has(df, "guard_success"):
-        _guard_probes(ax_s, df)
+    cols = [p.col for p in panels]
+    if not _has(df, *cols):
+        return f"no {what} with {', '.join(cols[:-1])} or {cols[-1]} in metrics.jsonl"
+    fig = Figure(figsize=figsize, layout="constrained")
+    axes = list(np.ravel(fig.subplots(2, 2) if len(panels) == 4 else fig.subplots(1, len(panels))))
+    for ax, p in zip(axes, panels):
+        _curve(ax, df, p.col, p.title, band=p.band, ylim=p.ylim, hline=p.hline)
+    return fig, axes
+
+
+def reward_success(run: RunData) -> Figure | str:
+    chart = _grpo_chart(run, WIDE, Panel("reward_mean", "reward (mean over batch)", band="reward_std"),
+                        Panel("success_rate", "success rate", ylim=(0, 1)))
+    if isinstance(chart, str):
+        return chart
+    fig, (_, ax_s) = chart
+    if _has(run.grpo, "guard_success"):
+        _guard_probes(ax_s, run.grpo)
     return fig
 
 
@@ -45,21 +69,20 @@ def _guard_probes(ax: Axes, df: pd.DataFrame) -> None:
 
 
 def ppo_health(run: RunData) -> Figure | str:
-    df = run.grpo
-    if not _has(df, "ratio_mean", "kl", "clip_frac"):
-        return "no GRPO steps with ratio_mean, kl or clip_frac in metrics.jsonl"
-    fig = Figure(figsize=GRID, layout="constrained")
-    axes = fig.subplots(2, 2).ravel()
-    _curve(axes[0], df, "ratio_mean", "importance ratio (mean ± std)", band="ratio_std", hline=1.0)
-    _curve(axes[1], df, "kl", "KL to reference")
-    _curve(axes[2], df, "clip_frac", "clip fraction")
-    _curve(
-        axes[3],
-        df,
-        "entropy" if _has(df, "entropy") else "grad_norm",
-        "entropy" if _has(df, "entropy") else "grad norm",
-    )
-    return fig
+    last = "entropy" if _has(run.grpo, "entropy") else "grad_norm"
+    chart = _grpo_chart(run, GRID, Panel("ratio_mean", "importance ratio (mean ± std)", band="ratio_std", hline=1.0),
+                        Panel("kl", "KL to reference"), Panel("clip_frac", "clip fraction"),
+                        Panel(last, last.replace("_", " ")))
+    return chart if isinstance(chart, str) else chart[0]
+
+
+def critic(run: RunData) -> Figure | str:
+    """PPO's value model: a critic that learns shows its explained variance rising above 0 and its loss falling."""
+    chart = _grpo_chart(run, GRID, Panel("critic_value_loss", "value loss"),
+                        Panel("critic_explained_variance", "explained variance of the returns", ylim=(-1, 1), hline=0.0),
+                        Panel("critic_values_mean", "values (mean)"), Panel("critic_returns_mean", "returns (mean)"),
+                        what="critic steps (algo.advantage_estimator: gae)")
+    return chart if isinstance(chart, str) else chart[0]
 
 
 def tool_rates(run: RunData) -> Figure | str:
@@ -79,15 +102,13 @@ def tool_rates(run: RunData) -> Figure | str:
 
 
 def learning_signal(run: RunData) -> Figure | str:
-    df = run.grpo
-    if not _has(df, "frac_prompts_with_signal", "reward_var_per_prompt_mean"):
-        return "no GRPO steps with frac_prompts_with_signal or reward_var_per_prompt_mean in metrics.jsonl"
-    fig = Figure(figsize=WIDE, layout="constrained")
-    ax_f, ax_v = fig.subplots(1, 2)
-    _curve(ax_f, df, "frac_prompts_with_signal", "prompts with reward variance > 0", ylim=(0, 1))
+    chart = _grpo_chart(run, WIDE, Panel("frac_prompts_with_signal", "prompts with reward variance > 0", ylim=(0, 1)),
+                        Panel("reward_var_per_prompt_mean", "reward variance per prompt (mean)"))
+    if isinstance(chart, str):
+        return chart
+    fig, (ax_f, _) = chart
     ax_f.axhline(MIN_SIGNAL_FRACTION, color="tab:red", ls="--", lw=1, label=f"warning below {MIN_SIGNAL_FRACTION:.0%}")
     ax_f.legend(loc="best", fontsize="small")
-    _curve(ax_v, df, "reward_var_per_prompt_mean", "reward variance per prompt (mean)")
     return fig
 
 
@@ -132,6 +153,7 @@ def error_patterns(run: RunData) -> Figure | str:
 CHARTS = {
     "reward_success": ("Reward and success over training", reward_success),
     "ppo_health": ("PPO health: importance ratio, KL, clipping", ppo_health),
+    "critic": ("PPO critic: value loss, explained variance, values and returns", critic),
     "tool_rates": ("Tool-call outcomes over training", tool_rates),
     "learning_signal": ("GRPO learning signal", learning_signal),
     "sft_loss": ("SFT loss", sft_loss),

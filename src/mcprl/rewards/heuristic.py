@@ -126,13 +126,14 @@ def reward_heuristic(
     weights: HeuristicWeights = HeuristicWeights(),
 ) -> dict[str, Any]:
     """Score one step: ``{"total_reward", "components", "task_complete"}``; updates `state`."""
-    facts = observe(action, tool_name, tool_result, gt, state, weights)
+    parsed = action if isinstance(action, ParsedAction) else parse_action(action)
+    facts = observe(parsed, tool_name, tool_result, gt, state, weights)
     components = {**shaping_components(facts, weights), **outcome_components(facts, weights)}
     return settle(components, state, weights)
 
 
 def observe(
-    action: ParsedAction | str,
+    action: ParsedAction,
     tool_name: str | None,
     tool_result: dict[str, Any] | None,
     gt: dict[str, Any],
@@ -140,8 +141,6 @@ def observe(
     weights: HeuristicWeights = HeuristicWeights(),
 ) -> StepFacts:
     """Record the step in `state` (calls, sequence pointer, solved) and return what it did."""
-    if not isinstance(action, ParsedAction):
-        action = parse_action(action)
     gt = gt if isinstance(gt, dict) else {}
     state.steps += 1
     if action.kind == "tool_call":

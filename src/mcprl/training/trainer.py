@@ -510,6 +510,17 @@ def start_run(cfg: TrainConfig, resume: bool, resume_from: Path | None) -> RunSt
     return RunStart(run_dir, train_tasks, eval_tasks, experts_path, natural_eval_tasks(cfg), checkpoint, state)
 
 
+def open_run(cfg: TrainConfig, start: RunStart, where: str = "") -> tuple[CallbackList, Clock]:
+    """The run's callbacks started and its clock carried on; a resumed run says so and brings the evals of
+    the run its checkpoint came from."""
+    if start.checkpoint is not None:
+        console.print(f"resuming from {start.checkpoint} ({start.state.phase} step {start.state.tag}){where}")
+        adopt_evals(start.checkpoint, start.run_dir, start.state)
+    callbacks = build_callbacks(cfg, start.run_dir)
+    callbacks.on_train_start(cfg, start.run_dir)
+    return callbacks, Clock(start.state.elapsed_s)
+
+
 def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = None,
           sft_only: bool = False) -> dict[str, Any]:
     start = start_run(cfg, resume, resume_from)
@@ -519,12 +530,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
     if cfg.model.dtype == "auto" and not policy.bf16 and next(policy.model.parameters()).device.type == "cpu":
         console.print("[yellow]fp32: this CPU has neither AMX nor AVX512-BF16, so steps take about twice as long as "
                       "in bf16 (docs/results.md gives the time per kind of machine)[/yellow]")
-    if checkpoint is not None:
-        console.print(f"resuming from {checkpoint} ({state.phase} step {state.tag})")
-        adopt_evals(checkpoint, run_dir, state)
-    callbacks = build_callbacks(cfg, run_dir)
-    callbacks.on_train_start(cfg, run_dir)
-    clock = Clock(state.elapsed_s)
+    callbacks, clock = open_run(cfg, start)
     summary: dict[str, Any] = {}
     try:
         if cfg.eval.before and "base" not in state.evals:

@@ -131,94 +131,61 @@ class SearchCorpus:
         bars = m.bars(sym)
         quarters = {(q.fiscal_year, q.period): q for q in m.income_statements(sym, "quarter")}
         annual = {a.fiscal_year: a for a in m.income_statements(sym)}
-        docs = []
+        docs: list[Document] = []
+
+        def add(date: str, title: str, content: str) -> None:
+            docs.append(self._doc(date, title, content, (sym,)))
 
         q3, q3_prev = quarters[(2025, "Q3")], quarters[(2024, "Q3")]
         day = rng.choice([b for b in bars if "2025-10-16" <= b.date <= "2025-11-06"])
         growth = _pct(q3.revenue, q3_prev.revenue)
-        docs.append(
-            self._doc(
-                day.date,
-                f"{c.name} Q3 2025 earnings: revenue {_updown(growth)} {abs(growth)}% to {_billions(q3.revenue)}",
-                f"{c.name} ({sym}) reported third-quarter 2025 revenue of {_billions(q3.revenue)}, "
-                f"{_updown(growth)} {abs(growth)}% from {_billions(q3_prev.revenue)} a year earlier. "
-                f"Net income was {_billions(q3.net_income)}, or ${q3.eps:.2f} per share, and operating income was "
-                f"{_billions(q3.operating_income)}. Gross margin was {q3.gross_profit / q3.revenue * 100:.1f}%. "
-                f"The stock closed at ${day.close:.2f} on the day of the report.",
-                (sym,),
-            )
-        )
+        add(day.date, f"{c.name} Q3 2025 earnings: revenue {_updown(growth)} {abs(growth)}% to {_billions(q3.revenue)}",
+            f"{c.name} ({sym}) reported third-quarter 2025 revenue of {_billions(q3.revenue)}, "
+            f"{_updown(growth)} {abs(growth)}% from {_billions(q3_prev.revenue)} a year earlier. "
+            f"Net income was {_billions(q3.net_income)}, or ${q3.eps:.2f} per share, and operating income was "
+            f"{_billions(q3.operating_income)}. Gross margin was {q3.gross_profit / q3.revenue * 100:.1f}%. "
+            f"The stock closed at ${day.close:.2f} on the day of the report.")
 
         fy, fy_prev = annual[2024], annual[2023]
         day = rng.choice([b for b in bars if "2025-01-27" <= b.date <= "2025-02-21"])
         growth = _pct(fy.revenue, fy_prev.revenue)
-        docs.append(
-            self._doc(
-                day.date,
-                f"{c.name} full-year 2024 results: net income {_billions(fy.net_income)}",
-                f"{c.name} ({sym}) closed fiscal 2024 with revenue of {_billions(fy.revenue)}, {_updown(growth)} "
-                f"{abs(growth)}% from {_billions(fy_prev.revenue)} in 2023. Full-year net income was "
-                f"{_billions(fy.net_income)} and diluted earnings per share were ${fy.eps:.2f}, compared with "
-                f"${fy_prev.eps:.2f} a year earlier. Fourth-quarter revenue was {_billions(quarters[(2024, 'Q4')].revenue)}.",
-                (sym,),
-            )
-        )
+        add(day.date, f"{c.name} full-year 2024 results: net income {_billions(fy.net_income)}",
+            f"{c.name} ({sym}) closed fiscal 2024 with revenue of {_billions(fy.revenue)}, {_updown(growth)} "
+            f"{abs(growth)}% from {_billions(fy_prev.revenue)} in 2023. Full-year net income was "
+            f"{_billions(fy.net_income)} and diluted earnings per share were ${fy.eps:.2f}, compared with "
+            f"${fy_prev.eps:.2f} a year earlier. Fourth-quarter revenue was {_billions(quarters[(2024, 'Q4')].revenue)}.")
 
         year = [b for b in bars if b.date >= "2025-01-01"]
         start = m.bar_on(sym, "2024-12-31")
         change = _pct(year[-1].close, start.close)
         low, high = m.year_range(sym)
-        docs.append(
-            self._doc(
-                TODAY,
-                f"{sym} stock 2025 review: shares {_updown(change)} {abs(change)}% for the year",
-                f"{c.name} ({sym}) ended 2025 at ${year[-1].close:.2f}, {_updown(change)} {abs(change)}% for the year "
-                f"from the 2024 close of ${start.close:.2f}. Over the past 52 weeks the stock traded between "
-                f"${low:.2f} and ${high:.2f}. The final session of the year opened at ${year[-1].open:.2f}.",
-                (sym,),
-            )
-        )
+        add(TODAY, f"{sym} stock 2025 review: shares {_updown(change)} {abs(change)}% for the year",
+            f"{c.name} ({sym}) ended 2025 at ${year[-1].close:.2f}, {_updown(change)} {abs(change)}% for the year "
+            f"from the 2024 close of ${start.close:.2f}. Over the past 52 weeks the stock traded between "
+            f"${low:.2f} and ${high:.2f}. The final session of the year opened at ${year[-1].open:.2f}.")
 
         moves = [(abs(_pct(b.close, a.close)), b.date, a, b) for a, b in pairwise([start, *year])]
         _, _, before, after = max(moves)
         move = _pct(after.close, before.close)
         verb = "jump" if move >= 0 else "slide"
-        docs.append(
-            self._doc(
-                after.date,
-                f"{c.name} shares {verb} {abs(move)}% on {after.date}",
-                f"Shares of {c.name} ({sym}) {'rose' if move >= 0 else 'fell'} {abs(move)}% on {after.date} to close "
-                f"at ${after.close:.2f}, after closing at ${before.close:.2f} the previous session. About "
-                f"{after.volume:,} shares changed hands, the biggest one-day move for the stock in 2025.",
-                (sym,),
-            )
-        )
+        add(after.date, f"{c.name} shares {verb} {abs(move)}% on {after.date}",
+            f"Shares of {c.name} ({sym}) {'rose' if move >= 0 else 'fell'} {abs(move)}% on {after.date} to close "
+            f"at ${after.close:.2f}, after closing at ${before.close:.2f} the previous session. About "
+            f"{after.volume:,} shares changed hands, the biggest one-day move for the stock in 2025.")
 
         cap = m.market_cap(sym)
-        docs.append(
-            self._doc(
-                TODAY,
-                f"Company profile: {c.name} ({sym})",
-                f"{c.name} ({c.exchange}: {sym}) is a {c.industry.lower()} company in the {c.sector.lower()} sector. "
-                f"It employs about {c.employees:,} people and has been listed since {c.list_date}; its website is "
-                f"{c.website}. With {c.shares_outstanding / 1e9:,.2f} billion shares outstanding and a Dec 31, 2025 "
-                f"close of ${year[-1].close:.2f}, its market capitalization is about {_billions(cap)}.",
-                (sym,),
-            )
-        )
+        add(TODAY, f"Company profile: {c.name} ({sym})",
+            f"{c.name} ({c.exchange}: {sym}) is a {c.industry.lower()} company in the {c.sector.lower()} sector. "
+            f"It employs about {c.employees:,} people and has been listed since {c.list_date}; its website is "
+            f"{c.website}. With {c.shares_outstanding / 1e9:,.2f} billion shares outstanding and a Dec 31, 2025 "
+            f"close of ${year[-1].close:.2f}, its market capitalization is about {_billions(cap)}.")
 
         pe = m.pe_ratio(sym)
         if pe is not None:
-            docs.append(
-                self._doc(
-                    TODAY,
-                    f"{sym} valuation: {pe}x trailing earnings",
-                    f"Based on trailing-twelve-month EPS of ${m.ttm_eps(sym):.2f} (the four quarters through Q3 2025) "
-                    f"and the Dec 31, 2025 close of ${year[-1].close:.2f}, {c.name} trades at a price-to-earnings "
-                    f"ratio of {pe}. Its fiscal 2024 net margin was {fy.net_income / fy.revenue * 100:.1f}%.",
-                    (sym,),
-                )
-            )
+            add(TODAY, f"{sym} valuation: {pe}x trailing earnings",
+                f"Based on trailing-twelve-month EPS of ${m.ttm_eps(sym):.2f} (the four quarters through Q3 2025) "
+                f"and the Dec 31, 2025 close of ${year[-1].close:.2f}, {c.name} trades at a price-to-earnings "
+                f"ratio of {pe}. Its fiscal 2024 net margin was {fy.net_income / fy.revenue * 100:.1f}%.")
         return docs
 
     def _year_returns(self) -> list[tuple[float, Company]]:

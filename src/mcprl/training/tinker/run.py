@@ -40,7 +40,7 @@ from mcprl.inference.tinker_engine import Alive, TinkerSamplingEngine, result
 from mcprl.models.devices import rss_gb
 from mcprl.models.loading import load_tokenizer, resolve_model
 from mcprl.training import grpo
-from mcprl.training.callbacks import CallbackList, build_callbacks
+from mcprl.training.callbacks import CallbackList
 from mcprl.training.checkpoint import (
     STATE_FILE,
     TrainState,
@@ -58,12 +58,12 @@ from mcprl.training.trainer import (
     Clock,
     _evals,
     _report,
-    adopt_evals,
     console,
     demo_families,
     grpo_progress,
     grpo_prompts,
     lr_factor,
+    open_run,
     rollout_metrics,
     sample_step_batch,
     start_run,
@@ -411,11 +411,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
         if checkpoint is not None:
             set_rng_state(torch.load(Path(checkpoint) / "training.pt", weights_only=False)["rng"],
                           {"engine": engine.generator})
-            console.print(f"resuming from {checkpoint} ({state.phase} step {state.tag}) on the Tinker server")
-            adopt_evals(checkpoint, run_dir, state)
-        callbacks = build_callbacks(cfg, run_dir)
-        callbacks.on_train_start(cfg, run_dir)
-        clock = Clock(state.elapsed_s)
+        callbacks, clock = open_run(cfg, start, " on the Tinker server")
         summary: dict[str, Any] = {}
         local = eval_here(cfg)
 
