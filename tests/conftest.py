@@ -1,4 +1,5 @@
-"""Shared test set-up: offline, one intra-op thread per xdist worker, a private cache for servers' stderr logs."""
+"""Shared test set-up: offline, one intra-op thread per xdist worker, the longest files first, a private
+cache for servers' stderr logs."""
 
 import os
 import socket
@@ -16,6 +17,18 @@ if TORCH_THREADS == 1:  # every policy the trainer builds keeps to one thread un
 
     _configure_threads = policy.configure_threads
     policy.configure_threads = lambda n=1: _configure_threads(1)
+
+
+# The files that take longest (worker-seconds from `make test PYTEST_ARGS=--durations=0` on the 2-core AVX2
+# machine), longest first. xdist (`--dist loadfile --no-loadscope-reorder`, Makefile) hands files to its
+# workers in collection order, so the long ones start first and the two workers end together: ordered by
+# their test count instead, the smoke file started last and ran alone for its last minutes.
+LONGEST_FIRST: tuple[str, ...] = ()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: a file stays whole
 
 
 def free_port() -> int:

@@ -33,12 +33,12 @@ class Panel:
 
 
 def _grpo_chart(run: RunData, figsize: tuple[float, float], *panels: Panel,
-                what: str = "GRPO steps") -> tuple[Figure, list[Axes]] | str:
+                why_none: str | None = None) -> tuple[Figure, list[Axes]] | str:
     """The panels side by side (a 2 x 2 grid for four), or why none has data."""
     df = run.grpo
     cols = [p.col for p in panels]
     if not _has(df, *cols):
-        return f"no {what} with {', '.join(cols[:-1])} or {cols[-1]} in metrics.jsonl"
+        return why_none or f"no GRPO steps with {', '.join(cols[:-1])} or {cols[-1]} in metrics.jsonl"
     fig = Figure(figsize=figsize, layout="constrained")
     axes = list(np.ravel(fig.subplots(2, 2) if len(panels) == 4 else fig.subplots(1, len(panels))))
     for ax, p in zip(axes, panels):
@@ -81,7 +81,7 @@ def critic(run: RunData) -> Figure | str:
     chart = _grpo_chart(run, GRID, Panel("critic_value_loss", "value loss"),
                         Panel("critic_explained_variance", "explained variance of the returns", ylim=(-1, 1), hline=0.0),
                         Panel("critic_values_mean", "values (mean)"), Panel("critic_returns_mean", "returns (mean)"),
-                        what="critic steps (algo.advantage_estimator: gae)")
+                        why_none="no critic in this run (algo.advantage_estimator: gae trains one)")
     return chart if isinstance(chart, str) else chart[0]
 
 
