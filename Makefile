@@ -36,11 +36,10 @@ train: deps
 baseline: deps
 	$(BIN)/mcprl train --sft-only --equal-time runs/quickstart
 
-# Two workers, a test file per worker (module fixtures such as the smoke test's trained run stay in one),
-# the longest files first (tests/conftest.py): 10:14 against 17:40 serial on the 2-core AVX2 machine
-# (docs/benchmarks.md). TEST_JOBS=0 runs serially.
+# Two workers, a test file per worker (module fixtures such as the smoke test's trained run stay in one):
+# 10:14 against 17:40 serial on the 2-core AVX2 machine (docs/benchmarks.md). TEST_JOBS=0 runs serially.
 TEST_JOBS ?= 2
-XDIST = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder)
+XDIST = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 test: deps
 	$(BIN)/python -m pytest -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
