@@ -11,8 +11,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 
-if TORCH_THREADS == 1:  # one thread under xdist (tests/support/threads.py): tests' own tiny models, the
-    # and every policy the trainer builds (the CLI's subprocesses take theirs from model.threads)
+if TORCH_THREADS == 1:  # one thread under xdist (tests/support/threads.py): the tests' own tiny models and
+    # every policy the trainer builds (the CLI's subprocesses take theirs from model.threads)
     import torch
 
     torch.set_num_threads(1)
