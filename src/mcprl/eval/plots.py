@@ -32,11 +32,12 @@ class Panel:
     hline: float | None = None
 
 
-def _grpo_chart(run: RunData, figsize: tuple[float, float], *panels: Panel,
+def _grpo_chart(run: RunData, figsize: tuple[float, float], *panels: Panel, needs: Sequence[str] = (),
                 why_none: str | None = None) -> tuple[Figure, list[Axes]] | str:
-    """The panels side by side (a 2 x 2 grid for four), or why none has data."""
+    """The panels side by side (a 2 x 2 grid for four), or why none has data: none of `needs` (default: the
+    panels' columns) logged."""
     df = run.grpo
-    cols = [p.col for p in panels]
+    cols = list(needs) or [p.col for p in panels]
     if not _has(df, *cols):
         return why_none or f"no GRPO steps with {', '.join(cols[:-1])} or {cols[-1]} in metrics.jsonl"
     fig = Figure(figsize=figsize, layout="constrained")
@@ -72,14 +73,14 @@ def ppo_health(run: RunData) -> Figure | str:
     last = "entropy" if _has(run.grpo, "entropy") else "grad_norm"
     chart = _grpo_chart(run, GRID, Panel("ratio_mean", "importance ratio (mean ± std)", band="ratio_std", hline=1.0),
                         Panel("kl", "KL to reference"), Panel("clip_frac", "clip fraction"),
-                        Panel(last, last.replace("_", " ")))
+                        Panel(last, last.replace("_", " ")), needs=("ratio_mean", "kl", "clip_frac"))
     return chart if isinstance(chart, str) else chart[0]
 
 
 def critic(run: RunData) -> Figure | str:
     """PPO's value model: a critic that learns shows its explained variance rising above 0 and its loss falling."""
     chart = _grpo_chart(run, GRID, Panel("critic_value_loss", "value loss"),
-                        Panel("critic_explained_variance", "explained variance of the returns", ylim=(-1, 1), hline=0.0),
+                        Panel("critic_explained_variance", "explained variance of the returns", hline=0.0),
                         Panel("critic_values_mean", "values (mean)"), Panel("critic_returns_mean", "returns (mean)"),
                         why_none="no critic in this run (algo.advantage_estimator: gae trains one)")
     return chart if isinstance(chart, str) else chart[0]
