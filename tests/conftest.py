@@ -16,10 +16,13 @@ if TORCH_THREADS == 1:  # one thread under xdist (tests/support/threads.py): the
     import torch
 
     torch.set_num_threads(1)
-    from mcprl.training import policy
+    import functools
 
-    _configure_threads = policy.configure_threads
-    policy.configure_threads = lambda n=1: _configure_threads(1)
+    from mcprl.models import devices  # patched before the policy imports the name (and without importing it:
+    # transformers and peft would cost each worker ~20 s of collection)
+
+    devices.configure_threads = functools.wraps(devices.configure_threads)(
+        lambda n=1, _real=devices.configure_threads: _real(1))
 
 
 def free_port() -> int:

@@ -2,8 +2,8 @@
 
 First the Python 3.11 shim: pydantic rejects `typing.TypedDict` there (skyrl/tinker/types.py), so it
 becomes `typing_extensions.TypedDict` before any SkyRL import (a no-op on 3.12+). Then every SkyRL name
-mcprl uses; the ones that pull in Ray or vLLM glue are imported when called. `skyrl_gym`, the env
-interface, is imported by `mcprl.envs` directly.
+mcprl uses, each imported on first use; the ones that pull in Ray, vLLM glue or JAX behind functions.
+`skyrl_gym`, the env interface, is imported by `mcprl.envs` directly.
 """
 
 import sys
@@ -15,21 +15,32 @@ if sys.version_info < (3, 12):
 
     typing.TypedDict = typing_extensions.TypedDict  # type: ignore[misc]
 
-from skyrl.backends.skyrl_train.inference_servers.engine_utils import get_vllm_sampling_params  # noqa: E402
-from skyrl.backends.skyrl_train.utils.ppo_utils import (  # noqa: E402
-    AdvantageEstimatorRegistry,
-    PolicyLossRegistry,
-    apply_loss_reduction_to_advantages_minibatch,
-    compute_advantages_and_returns,
-    compute_approx_kl,
-    ppo_critic_loss,
-)
-from skyrl.train.config import AlgorithmConfig, GeneratorConfig, SamplingParams  # noqa: E402
-from skyrl.train.config.config import EnvironmentConfig, SkyRLGymConfig, SkyRLTrainConfig  # noqa: E402
-from skyrl.train.generators.base import TrajectoryID  # noqa: E402
-from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator  # noqa: E402
-from skyrl.train.utils.callbacks import CallbackInput, TrainingCallback, TrainingControl  # noqa: E402
-from skyrl.train.utils.trainer_utils import handle_dynamic_sampling  # noqa: E402
+import importlib  # noqa: E402
+
+# Each SkyRL name mcprl uses and the module it comes from, imported on first use (PEP 562): loading a config
+# checks the registries' names without importing the trainer utilities, transformers among them (10 s of
+# an 18 s config load on the 2-core machine).
+_SOURCES = {
+    "get_vllm_sampling_params": "skyrl.backends.skyrl_train.inference_servers.engine_utils",
+    **dict.fromkeys(["AdvantageEstimatorRegistry", "PolicyLossRegistry", "apply_loss_reduction_to_advantages_minibatch",
+                     "compute_advantages_and_returns", "compute_approx_kl", "ppo_critic_loss"],
+                    "skyrl.backends.skyrl_train.utils.ppo_utils"),
+    **dict.fromkeys(["AlgorithmConfig", "GeneratorConfig", "SamplingParams"], "skyrl.train.config"),
+    **dict.fromkeys(["EnvironmentConfig", "SkyRLGymConfig", "SkyRLTrainConfig"], "skyrl.train.config.config"),
+    "TrajectoryID": "skyrl.train.generators.base",
+    "SkyRLGymGenerator": "skyrl.train.generators.skyrl_gym_generator",
+    **dict.fromkeys(["CallbackInput", "TrainingCallback", "TrainingControl"], "skyrl.train.utils.callbacks"),
+    "handle_dynamic_sampling": "skyrl.train.utils.trainer_utils",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SOURCES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_SOURCES[name]), name)
+    globals()[name] = value  # later lookups skip this hook
+    return value
+
 
 __all__ = [
     "AdvantageEstimatorRegistry", "AlgorithmConfig", "CallbackInput", "EnvironmentConfig", "GeneratorConfig",

@@ -10,7 +10,8 @@ from mcprl.data.sample import SkyRLSample
 from mcprl.training.checkpoint import TrainState
 from mcprl.training.config import ExperimentalConfig, ProbeConfig, TrainConfig
 from mcprl.training.rollout import RolloutResult
-from mcprl.training.trainer import grpo_prompts, prompt_stream
+from mcprl.training.ordering import prompt_stream
+from mcprl.training.trainer import grpo_prompts
 
 
 def task(i: int, family: str) -> SkyRLSample:

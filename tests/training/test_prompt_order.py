@@ -7,7 +7,7 @@ from itertools import islice
 import pytest
 
 from mcprl.data.sample import SkyRLSample
-from mcprl.training.trainer import prompt_stream
+from mcprl.training.ordering import prompt_stream
 
 
 def task(i: int, family: str | None, source: str = "rules/test") -> SkyRLSample:

@@ -30,10 +30,10 @@ from mcprl.options import opt
 from mcprl.rewards.base import RewardSettings
 from mcprl.rewards.heuristic import HeuristicWeights
 from mcprl.tools.faults import FaultConfig
+from mcprl.training.ordering import PromptOrder
 from mcprl.rewards.judge import JudgeConfig
 
 LRSchedule = Literal["constant", "cosine"]  # the schedules `trainer.optimizer_for` implements
-PromptOrder = Literal["shuffle", "stratified"]  # the orders `trainer.prompt_stream` and `sft.batches` implement
 Detach = Literal["none", "prompt", "context"]  # what `selected_token_logprobs` can leave out of the backward pass
 
 # Sections of the recipe layout: each file holds its own sections plus, optionally, the shared ones.

@@ -6,7 +6,13 @@ families rather than follow a shuffle's clusters (docs/training.md, "Prompt orde
 
 from __future__ import annotations
 
-from typing import Sequence
+import random
+from typing import TYPE_CHECKING, Iterator, Literal, Sequence
+
+if TYPE_CHECKING:
+    from mcprl.data.sample import SkyRLSample
+
+PromptOrder = Literal["shuffle", "stratified"]  # the orders `prompt_stream` and `sft.batches` implement
 
 
 def interleave_families(order: list[int], families: Sequence[str]) -> list[int]:
@@ -17,3 +23,19 @@ def interleave_families(order: list[int], families: Sequence[str]) -> list[int]:
         queues.setdefault(families[i], []).append(i)
     lists = list(queues.values())
     return [q[k] for k in range(max(map(len, lists), default=0)) for q in lists if k < len(q)]
+
+
+def prompt_stream(tasks: list[SkyRLSample], seed: int, order: PromptOrder) -> Iterator[SkyRLSample]:
+    """Tasks in a fresh seeded order every epoch; position n is reproducible from (seed, n).
+
+    `stratified` cycles through the task families, so any F consecutive draws hold F families while each
+    lasts: a few prompts a step then span the families instead of drifting towards the ones they happen to sample.
+    """
+    epoch = 0
+    while True:
+        positions = list(range(len(tasks)))
+        random.Random(f"{seed}:grpo:{epoch}").shuffle(positions)
+        if order == "stratified":
+            positions = interleave_families(positions, [t.family for t in tasks])
+        yield from (tasks[i] for i in positions)
+        epoch += 1

@@ -40,12 +40,12 @@ from mcprl.training.checkpoint import (
     save_checkpoint,
 )
 from mcprl.models.devices import release_memory, rss_gb
-from mcprl.training.config import CRITIC_ESTIMATORS, AlgoConfig, LRSchedule, PromptOrder, TrainConfig
+from mcprl.training.config import CRITIC_ESTIMATORS, AlgoConfig, LRSchedule, TrainConfig
 from mcprl.training.critic import Critic, build_critic
 from mcprl.training.evaluate import evaluate_in_run
 from mcprl.training.guard import Guard
 from mcprl.training.guidance import add_expert_demos, demo_turns
-from mcprl.training.ordering import interleave_families
+from mcprl.training.ordering import prompt_stream
 from mcprl.training.policy import Policy, build_policy
 from mcprl.training.reference import kl_reference
 from mcprl.training.rollout import RolloutResult, episode_progress
@@ -91,22 +91,6 @@ def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample]
         experts_path.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in train.experts))
         stamp.write_text(wanted)
     return read_samples(train_path), read_samples(eval_path), experts_path
-
-
-def prompt_stream(tasks: list[SkyRLSample], seed: int, order: PromptOrder) -> Iterator[SkyRLSample]:
-    """Tasks in a fresh seeded order every epoch; position n is reproducible from (seed, n).
-
-    `stratified` cycles through the task families, so any F consecutive draws hold F families while each
-    lasts: a few prompts a step then span the families instead of drifting towards the ones they happen to sample.
-    """
-    epoch = 0
-    while True:
-        positions = list(range(len(tasks)))
-        random.Random(f"{seed}:grpo:{epoch}").shuffle(positions)
-        if order == "stratified":
-            positions = interleave_families(positions, [t.family for t in tasks])
-        yield from (tasks[i] for i in positions)
-        epoch += 1
 
 
 # ------------------------------------------------------------------------------------------ optimizer
