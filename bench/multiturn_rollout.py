@@ -37,8 +37,9 @@ def one(variant: str, checkpoint: Path, prompts: int, batches: int) -> dict[str,
     import mcprl.inference.engine as inference
     from mcprl.training.checkpoint import load_weights
     from mcprl.training.config import load_train_config
+    from mcprl.training.ordering import prompt_stream
     from mcprl.training.policy import build_policy
-    from mcprl.training.trainer import prepare_data, prompt_stream
+    from mcprl.training.run import prepare_data
 
     timed = {"prefill_s": 0.0, "computed": 0}
     padded = inference._prefill_padded

@@ -77,7 +77,7 @@ def ours(args: argparse.Namespace) -> dict:
     from mcprl.training.config import load_train_config
     from mcprl.models.devices import release_memory
     from mcprl.training.policy import build_policy
-    from mcprl.training.trainer import optimizer_for
+    from mcprl.training.optim import optimizer_for
 
     cfg = load_train_config("configs/quickstart.yaml", [
         f"model.name={args.model}", f"model.device={args.device}",

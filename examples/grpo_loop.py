@@ -22,7 +22,7 @@ from mcprl.training import grpo
 from mcprl.training.config import load_train_config
 from mcprl.training.logprobs import selected_token_logprobs
 from mcprl.training.policy import build_policy, load_policy_weights
-from mcprl.training.trainer import prepare_data
+from mcprl.training.run import prepare_data
 
 
 def main(steps: int, model: str | None, prompts_per_step: int, group_size: int, overrides: list[str]) -> list[dict]:

@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from mcprl.training.checkpoint import TrainState
-from mcprl.training.trainer import adopt_evals
+from mcprl.training.run import adopt_evals
 
 
 def _eval_dir(path: Path, text: str) -> None:

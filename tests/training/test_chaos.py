@@ -187,7 +187,7 @@ def test_a_server_killed_during_a_rollout_step_gives_error_observations_and_the_
     from mcprl.data import families
     from mcprl.tools.sync import _shared
     from mcprl.training.config import env_config, load_train_config
-    from mcprl.training.guidance import ReplayClient, demo_turns
+    from mcprl.training.experimental.guidance import ReplayClient, demo_turns
     from mcprl.training.rollout import Rollouts
 
     cfg = load_train_config(None, ["rollout.max_turns=4"])

@@ -9,7 +9,7 @@ from mcprl.data.sample import SkyRLSample
 from mcprl.training.checkpoint import TrainState
 from mcprl.training.config import AlgoConfig, DynamicSamplingConfig
 from mcprl.training.rollout import RolloutResult
-from mcprl.training.trainer import rollout_metrics, sample_step_batch
+from mcprl.training.loop.grpo import rollout_metrics, sample_step_batch
 
 
 def task(name: str) -> SkyRLSample:

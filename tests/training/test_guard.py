@@ -9,8 +9,7 @@ import torch
 
 from mcprl.training.checkpoint import TrainState, latest_checkpoint, read_state, save_checkpoint
 from mcprl.training.config import ExperimentalConfig, GuardConfig, TrainConfig
-from mcprl.training.guard import Guard
-from mcprl.training.trainer import build_guard
+from mcprl.training.experimental.guard import Guard, build_guard
 
 from .test_probe import TASKS, ProbeRollouts
 from .tiny_model import tiny_llama
@@ -133,7 +132,6 @@ def test_the_trainer_probes_the_same_seeded_tasks_greedily_every_time(tmp_path):
     rollouts = ProbeRollouts()
     cfg = TrainConfig(experimental=ExperimentalConfig(guard=GuardConfig(every=1, per_family=2)))
     cfg.logging.rollouts = False
-    assert build_guard(SimpleNamespace(rollouts=rollouts), TrainConfig(), TASKS, TrainState(), tmp_path) is None
     guard = build_guard(SimpleNamespace(rollouts=rollouts), cfg, TASKS, TrainState(phase="grpo"), tmp_path)
     first, second = guard.probe(0), guard.probe(2)
     (tasks, n, temperature), again = rollouts.runs

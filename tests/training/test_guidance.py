@@ -13,9 +13,9 @@ from mcprl.metric_names import short
 from mcprl.training import grpo
 from mcprl.training.checkpoint import TrainState
 from mcprl.training.config import AlgoConfig, DynamicSamplingConfig, env_config, load_train_config
-from mcprl.training.guidance import add_expert_demos, demo_turns
+from mcprl.training.experimental.guidance import GuidanceHook, add_expert_demos, demo_turns
+from mcprl.training.loop.grpo import rollout_metrics, sample_step_batch
 from mcprl.training.rollout import Rollouts
-from mcprl.training.trainer import guided_metrics, rollout_metrics, sample_step_batch
 from tests.support.scripted import ScriptedClient, expert_policy
 
 from .test_grpo import _batch, _update
@@ -129,7 +129,7 @@ def test_guided_groups_pass_the_dynamic_sampling_filter_and_stay_out_of_the_roll
     assert len(results) == 1 and state.grpo_prompts_drawn == 2  # no resampling: both groups now have variance
     assert len(uids) == 4 and output["rewards"] == [0.0, 1.0, 0.0, 1.0]
     assert rollout_metrics(results, 2)["success_rate"] == 0.0  # the policy's own episodes
-    assert guided_metrics(results, True) == {"guided_groups": 2.0} and guided_metrics(results, False) == {}
+    assert GuidanceHook(None).metrics(results) == {"guided_groups": 2.0}
 
 
 @pytest.mark.slow

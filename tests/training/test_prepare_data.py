@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from mcprl.training.config import load_train_config
-from mcprl.training.trainer import prepare_data
+from mcprl.training.run import prepare_data
 
 
 def _config(tmp_path, *extra):

@@ -9,9 +9,10 @@ import pytest
 from mcprl.data.sample import SkyRLSample
 from mcprl.training.checkpoint import TrainState
 from mcprl.training.config import ExperimentalConfig, ProbeConfig, TrainConfig
-from mcprl.training.rollout import RolloutResult
+from mcprl.training.experimental import grpo_hooks
+from mcprl.training.loop.prompts import grpo_prompts
 from mcprl.training.ordering import prompt_stream
-from mcprl.training.trainer import grpo_prompts
+from mcprl.training.rollout import RolloutResult
 
 
 def task(i: int, family: str) -> SkyRLSample:
@@ -50,7 +51,8 @@ def prompts(tmp_path, probe: ProbeConfig, state: TrainState | None = None, seed:
     cfg.run.seed = seed
     cfg.logging.rollouts = False  # these records are not full trajectories
     state = state or TrainState(phase="grpo")
-    stream = grpo_prompts(SimpleNamespace(rollouts=rollouts), cfg, tasks, state, tmp_path)
+    run = SimpleNamespace(cfg=cfg, policy=SimpleNamespace(rollouts=rollouts), train_tasks=tasks, state=state, dir=tmp_path)
+    stream = grpo_prompts(run, grpo_hooks(run))
     return stream, rollouts.runs, state
 
 

@@ -63,7 +63,7 @@ def test_family_falls_back_to_the_data_source():
 
 def test_grpo_draws_from_the_tasks_without_demos_or_the_families_without_demos():
     from mcprl.errors import ConfigError
-    from mcprl.training.trainer import without_demo
+    from mcprl.training.loop.prompts import without_demo
 
     def marked(i, family, demo):
         return SkyRLSample("families/test", [{"role": "user", "content": str(i)}],

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from mcprl.training.callbacks import Callback, CallbackList
-from mcprl.training.checkpoint import read_state
+from mcprl.training.checkpoint import TrainState, read_state
 from mcprl.training.config import ConfigError, FinetuneConfig, LoraConfig, load_train_config
+from mcprl.training.loop.sft import run_sft
 from mcprl.training.policy import Policy, wrap_for_finetune
+from mcprl.training.run import Clock, Run
 from mcprl.training.sft import WeightAverage
-from mcprl.training.trainer import Clock, TrainState, run_sft
 
 from .tiny_model import tiny_llama
 
@@ -36,6 +37,10 @@ def _policy(tokenizer):
                   rollouts=None, bf16=False)
 
 
+def sft_run(cfg, experts, run_dir, policy, callbacks, checkpoint=None, state=None) -> Run:
+    return Run(cfg, run_dir, [], [], experts, [], checkpoint, state or TrainState(), policy, callbacks, Clock())
+
+
 def _setup(tmp_path):
     experts = tmp_path / "experts.jsonl"
     experts.write_text("".join(json.dumps({"messages": [
@@ -54,7 +59,7 @@ def test_warm_start_is_the_moving_average_and_a_resume_restores_it(tmp_path, tok
     cfg, experts = _setup(tmp_path)
     policy, run_dir = _policy(tokenizer), tmp_path / "run"
     steps = Snapshots(policy.model)
-    run_sft(policy, cfg, experts, [], TrainState(), run_dir, CallbackList([steps]), None, Clock())
+    run_sft(sft_run(cfg, experts, run_dir, policy, CallbackList([steps])))
     expected = steps.seen[0]
     for weights in steps.seen[1:]:
         expected = [DECAY * e + (1 - DECAY) * w for e, w in zip(expected, weights)]
@@ -66,11 +71,10 @@ def test_warm_start_is_the_moving_average_and_a_resume_restores_it(tmp_path, tok
     crashed = _policy(tokenizer)
     cfg.run.output_dir = str(tmp_path / "crashed")
     with pytest.raises(KeyboardInterrupt):
-        run_sft(crashed, cfg, experts, [], TrainState(), tmp_path / "crashed", CallbackList([Snapshots(crashed.model, 3)]),
-                None, Clock())
+        run_sft(sft_run(cfg, experts, tmp_path / "crashed", crashed, CallbackList([Snapshots(crashed.model, 3)])))
     checkpoint = tmp_path / "crashed" / "checkpoints" / "step_sft_2"
     resumed = _policy(tokenizer)
-    run_sft(resumed, cfg, experts, [], read_state(checkpoint), tmp_path / "crashed", CallbackList(), checkpoint, Clock())
+    run_sft(sft_run(cfg, experts, tmp_path / "crashed", resumed, CallbackList(), checkpoint, read_state(checkpoint)))
     for got, want in zip(resumed.model.parameters(), final):
         torch.testing.assert_close(got.detach(), want, rtol=0, atol=1e-6)
 

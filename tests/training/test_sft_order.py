@@ -6,7 +6,7 @@ from itertools import islice
 
 from mcprl.data.sample import SkyRLSample
 from mcprl.training.sft import SFTExample, batches
-from mcprl.training.trainer import demo_families
+from mcprl.training.loop.sft import demo_families
 
 SIZES = {"a": 12, "b": 6, "c": 3, "d": 2}
 FAMILIES = [f for f, n in SIZES.items() for _ in range(n)]

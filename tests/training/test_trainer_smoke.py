@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from mcprl.eval.trajectory import load_trajectories
 from mcprl.metric_names import GRPO_NAMES, PLAIN, short
 from mcprl.rewards.base import STOP_REASONS
+from mcprl.training import run as run_module
 from mcprl.training import trainer
 from mcprl.training.baseline import compare_with_run, equal_time_config, read_plan
 from mcprl.training.callbacks import Callback, CallbackList
@@ -58,12 +59,12 @@ class CrashAt(Callback):
 
 def crash_then_resume(monkeypatch, cfg, phase: str, step: int, **kwargs) -> dict:
     """Train until a simulated crash after `phase` step `step`, then `--resume`: the resumed run's summary."""
-    original = trainer.build_callbacks
-    monkeypatch.setattr(trainer, "build_callbacks", lambda cfg, run_dir: CallbackList(
+    original = run_module.build_callbacks
+    monkeypatch.setattr(run_module, "build_callbacks", lambda cfg, run_dir: CallbackList(
         [CrashAt(phase, step), *original(cfg, run_dir)]))
     with pytest.raises(KeyboardInterrupt):
         trainer.train(cfg, **kwargs)
-    monkeypatch.setattr(trainer, "build_callbacks", original)
+    monkeypatch.setattr(run_module, "build_callbacks", original)
     return trainer.train(cfg, resume=True, **kwargs)
 
 

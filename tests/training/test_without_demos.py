@@ -1,7 +1,7 @@
 """summary.json's `no_demo_families`: the held-out tasks of the families SFT had no demo of, per eval, paired."""
 
 from mcprl.eval.results import write_eval_outputs
-from mcprl.training.trainer import _load_evals, _without_demos
+from mcprl.training.loop.evals import _load_evals, _without_demos
 from tests.eval.scripted import TASKS, answer_turn, tool_turn, trajectory
 
 

@@ -33,7 +33,7 @@ from mcprl.tools.faults import FaultConfig
 from mcprl.training.ordering import PromptOrder
 from mcprl.rewards.judge import JudgeConfig
 
-LRSchedule = Literal["constant", "cosine"]  # the schedules `trainer.optimizer_for` implements
+LRSchedule = Literal["constant", "cosine"]  # the schedules `optim.optimizer_for` implements
 Detach = Literal["none", "prompt", "context"]  # what `selected_token_logprobs` can leave out of the backward pass
 
 # Sections of the recipe layout: each file holds its own sections plus, optionally, the shared ones.

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from copy import copy
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import mcprl.envs  # noqa: F401 - registers mcp_tool_env and openenv_env
@@ -34,7 +35,7 @@ class RolloutResult:
     group_ids: list[str]  # the task each trajectory belongs to (GRPO groups)
     output: dict[str, Any]  # SkyRL GeneratorOutput
     trajectories: list[dict[str, Any]]  # eval-format records (docs/evaluation.md)
-    guided: list[dict[str, Any]] = field(default_factory=list)  # expert demos GRPO added to failed groups (guidance.py)
+    guided: list[dict[str, Any]] = field(default_factory=list)  # demos put in failed groups (experimental/guidance.py)
 
 
 class Rollouts:
@@ -55,7 +56,7 @@ class Rollouts:
                 "top_k": top_k, "logprobs": 0, "stop": stop_strings("hermes")}
 
     def replaying(self, engine: Any) -> Rollouts:
-        """The same episodes' settings over another inference client (guidance.py replays demos with one)."""
+        """The same episodes' settings over another inference client (experimental/guidance.py replays demos)."""
         other = copy(self)
         other.engine = engine
         return other
@@ -85,6 +86,15 @@ class Rollouts:
         records = [trajectory_record(s, i % n_per_task, output, i, self.tokenizer, self.max_input_length)
                    for i, s in enumerate(samples)]
         return RolloutResult(samples, group_ids, output, records)
+
+
+def write_rollouts(path: Path, results: list[RolloutResult]) -> None:
+    """Episodes as eval trajectories (a GRPO step's, a greedy probe's), so `mcprl eval` tooling and a reader can
+    see what GRPO learned from (group rewards, the calls behind them), not just their means."""
+    from mcprl.eval.trajectory import as_trajectories, dump_trajectories
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dump_trajectories(as_trajectories(t for r in results for t in [*r.trajectories, *r.guided]), path)
 
 
 @contextmanager

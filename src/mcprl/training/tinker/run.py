@@ -24,7 +24,7 @@ import random
 import tarfile
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +34,11 @@ import torch
 from rich.progress import Progress
 from transformers import AutoConfig, PreTrainedTokenizerBase
 
-from mcprl.data.sample import SkyRLSample
 from mcprl.errors import ConfigError
 from mcprl.inference.tinker_engine import Alive, TinkerSamplingEngine, result
 from mcprl.models.devices import rss_gb
 from mcprl.models.loading import load_tokenizer, resolve_model
 from mcprl.training import grpo
-from mcprl.training.callbacks import CallbackList
 from mcprl.training.checkpoint import (
     STATE_FILE,
     TrainState,
@@ -50,26 +48,16 @@ from mcprl.training.checkpoint import (
 )
 from mcprl.training.config import TrainConfig
 from mcprl.training.policy import build_policy, load_policy_weights, rollouts_for
-from mcprl.training.rollout import Rollouts
+from mcprl.training.rollout import Rollouts, write_rollouts
 from mcprl.training.sft import batches, load_experts, tokenize_conversation
 from mcprl.training.tinker.datums import Reduction, datum_rows, ignored, loss_for, refusal, sft_row, to_datum
 from mcprl.training.tinker.server import LocalTinkerServer
-from mcprl.training.trainer import (
-    Clock,
-    _evals,
-    _report,
-    console,
-    demo_families,
-    grpo_progress,
-    grpo_prompts,
-    lr_factor,
-    open_run,
-    rollout_metrics,
-    sample_step_batch,
-    start_run,
-    summarize,
-    write_rollouts,
-)
+from mcprl.training.loop.evals import report, run_evals, summarize
+from mcprl.training.loop.grpo import grpo_progress, rollout_metrics, sample_step_batch
+from mcprl.training.loop.prompts import grpo_prompts
+from mcprl.training.loop.sft import demo_families
+from mcprl.training.optim import lr_factor
+from mcprl.training.run import Run, console, open_run, start_run
 
 LOCAL = "local"
 LOCAL_KEY = "tml-local"  # SkyRL's server takes any non-empty key
@@ -116,14 +104,15 @@ class Session:
         self.policy.engine.follow(self.training.save_weights_and_get_sampling_client())
         return time.perf_counter() - t0
 
-    def save(self, state: TrainState, clock: Clock) -> Path:
+    def save(self, run: Run) -> Path:
         """The server's state (resume) and sampler weights (exported into model/), then the checkpoint."""
+        state = run.state
         name = f"{state.tag}-{uuid.uuid4().hex[:8]}"
         state_path = result(self.training.save_state(name), self.alive).path
         sampler_path = result(self.training.save_weights_for_sampler(name), self.alive).path
         state.tinker = {"state_path": state_path, "sampler_path": sampler_path,
                         "base_url": self.cfg.tinker.base_url if self.cfg.tinker.base_url != LOCAL else LOCAL}
-        state.elapsed_s = clock.total
+        state.elapsed_s = run.clock.total
 
         def write(tmp: Path) -> None:
             archive = sampler_archive(self.service, sampler_path, self.url)
@@ -267,20 +256,19 @@ def connect(cfg: TrainConfig, url: str, state: TrainState, checkpoint: Path | No
 
 # ------------------------------------------------------------------------------------------------ SFT
 
-def run_sft(session: Session, experts_path: Path, train_tasks: list[SkyRLSample], state: TrainState,
-            callbacks: CallbackList, clock: Clock) -> None:
+def run_sft(session: Session, run: Run) -> None:
     """The demos' assistant tokens as cross_entropy datums: the embedded SFT's batches, order and schedule."""
-    cfg, tokenizer = session.cfg, session.policy.tokenizer
-    experts = load_experts(experts_path)
+    cfg, tokenizer, state = session.cfg, session.policy.tokenizer, run.state
+    experts = load_experts(run.experts_path)
     examples = [tokenize_conversation(e["messages"], tokenizer, cfg.sft.max_seq_len) for e in experts]
-    families = demo_families(experts, train_tasks) if cfg.sft.order == "stratified" else None
+    families = demo_families(experts, run.train_tasks) if cfg.sft.order == "stratified" else None
     total = cfg.sft.max_steps or max(1, math.ceil(cfg.sft.epochs * len(examples) / cfg.sft.batch_size))
     stream = batches(examples, cfg.sft.batch_size, random.Random(f"{cfg.run.seed}:sft"), families)
     for _ in range(state.sft_batches_drawn):
         next(stream)
     with Progress(console=console, transient=True) as bar:
         job = bar.add_task("SFT (tinker)", total=total, completed=state.sft_step)
-        while state.sft_step < total and not clock.over(cfg.sft.max_seconds):
+        while state.sft_step < total and not run.clock.over(cfg.sft.max_seconds):
             t0 = time.perf_counter()
             batch = next(stream)
             state.sft_batches_drawn += 1
@@ -292,12 +280,12 @@ def run_sft(session: Session, experts_path: Path, train_tasks: list[SkyRLSample]
             nll = -sum(sum(lp for lp, w in zip(o["logprobs"].tolist(), e.loss_mask[1:]) if w)
                        for o, e in zip(out.loss_fn_outputs, batch)) / max(1, tokens)
             state.sft_step += 1
-            callbacks.on_step(state.sft_step, {"phase": "sft", "time_s": time.perf_counter() - t0, "sft_loss": nll,
+            run.callbacks.on_step(state.sft_step, {"phase": "sft", "time_s": time.perf_counter() - t0, "sft_loss": nll,
                                                "sft_ppl": math.exp(min(nll, 50.0)), "sft_tokens": float(tokens),
                                                "lr": lr, "rss_gb": rss_gb()})
             bar.advance(job)
             if cfg.sft.save_every and state.sft_step % cfg.sft.save_every == 0:
-                callbacks.on_checkpoint(state.sft_step, session.save(state, clock))
+                run.callbacks.on_checkpoint(state.sft_step, session.save(run))
     session.sync()
 
 
@@ -334,15 +322,12 @@ def learner_gap(out: Any, rows: list[Any]) -> dict[str, float]:
     return {"tinker/kl_sample_train": float(np.mean(gaps)), "tinker/max_abs_logprob_gap": float(np.max(np.abs(gaps)))}
 
 
-def run_grpo(session: Session, tasks: list[SkyRLSample], state: TrainState, callbacks: CallbackList,
-             clock: Clock) -> None:
-    cfg, policy = session.cfg, session.policy
+def run_grpo(session: Session, run: Run) -> None:
+    cfg, policy, state = session.cfg, session.policy, run.state
     algo = cfg.algo
     config = grpo.skyrl_algorithm_config(algo, cfg.rollout.temperature)
     loss, loss_config = loss_for(algo)
-    stream = grpo_prompts(policy, cfg, tasks, state, session.run_dir)  # type: ignore[arg-type]
-    for _ in range(state.grpo_prompts_drawn):
-        next(stream)
+    stream = grpo_prompts(run)  # no hooks: the experimental knobs are refused at load time
     sampling = policy.rollouts.sampling(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
     max_len = cfg.tinker.max_sequence_length or cfg.rollout.max_input_length + cfg.rollout.max_new_tokens
     with grpo_progress("GRPO (tinker)", algo.steps, state.grpo_step) as (bar, job, episodes):
@@ -378,10 +363,10 @@ def run_grpo(session: Session, tasks: list[SkyRLSample], state: TrainState, call
                             "tinker/truncated": float(truncated), "rss_gb": rss_gb()}
             if cfg.logging.rollouts:
                 write_rollouts(session.run_dir / "rollouts" / f"grpo_step_{state.grpo_step}.jsonl", results)
-            callbacks.on_step(state.grpo_step, step_metrics)
+            run.callbacks.on_step(state.grpo_step, step_metrics)
             bar.advance(job)
             if algo.save_every and state.grpo_step % algo.save_every == 0:
-                callbacks.on_checkpoint(state.grpo_step, session.save(state, clock))
+                run.callbacks.on_checkpoint(state.grpo_step, session.save(run))
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -392,10 +377,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
     for note in ignored(cfg):
         console.print(f"[yellow]engine tinker: {note}[/yellow]")
     start = start_run(cfg, resume, resume_from)
-    run_dir, train_tasks, eval_tasks, experts_path = start.run_dir, start.train_tasks, start.eval_tasks, start.experts_path
-    natural_tasks, checkpoint, state = start.natural_tasks, start.checkpoint, start.state
+    checkpoint, state = start.checkpoint, start.state
     tokenizer = load_tokenizer(cfg.model.name)
-    server = local_server(cfg, run_dir) if cfg.tinker.base_url == LOCAL else None
+    server = local_server(cfg, start.dir) if cfg.tinker.base_url == LOCAL else None
     with server if server is not None else contextlib.nullcontext():
         url = server.url if server is not None else cfg.tinker.base_url
         with console.status(f"connecting to the Tinker server at {url} (a local one loads the model first)"):
@@ -407,11 +391,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
                                           alive=server.alive if server is not None else None)
         policy = TinkerPolicy(tokenizer, engine, rollouts_for(cfg, engine, tokenizer))
         alive = server.alive if server is not None else None
-        session = Session(cfg, service, training, policy, server_reduction(cfg), run_dir, url, alive)
+        session = Session(cfg, service, training, policy, server_reduction(cfg), start.dir, url, alive)
         if checkpoint is not None:
             set_rng_state(torch.load(Path(checkpoint) / "training.pt", weights_only=False)["rng"],
                           {"engine": engine.generator})
-        callbacks, clock = open_run(cfg, start, " on the Tinker server")
+        run = open_run(start, policy, " on the Tinker server")  # type: ignore[arg-type]
         summary: dict[str, Any] = {}
         local = eval_here(cfg)
 
@@ -419,12 +403,12 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
             """On the Tinker sampler, or (tinker.evals local) on this machine's engine from the checkpoint's
             exported adapter, the base model without one: the code `mcprl eval -m CHECKPOINT` runs."""
             if not local:
-                _evals(policy, cfg, eval_tasks, natural_tasks, run_dir, name, state, callbacks, clock)  # type: ignore[arg-type]
+                run_evals(run, name)
                 return
             weights, tok = load_policy_weights(str(checkpoint) if checkpoint is not None else cfg.model.name)
             here = build_policy(cfg, model=weights, tokenizer=tok)
             try:
-                _evals(here, cfg, eval_tasks, natural_tasks, run_dir, name, state, callbacks, clock)
+                run_evals(replace(run, policy=here), name)
             finally:
                 here.engine.close()
             if checkpoint is not None:
@@ -435,32 +419,32 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
                 evaluate("base", None)
             final = checkpoint
             if state.phase == "sft":
-                run_sft(session, experts_path, train_tasks, state, callbacks, clock)
-                state.phase, state.sft_seconds = "grpo", round(clock.total, 1)
+                run_sft(session, run)
+                state.phase, state.sft_seconds = "grpo", round(run.clock.total, 1)
                 if cfg.eval.after_sft and not local:
                     evaluate("sft", None)
-                final = session.save(state, clock)  # step_grpo_0: the warm start
+                final = session.save(run)  # step_grpo_0: the warm start
                 if cfg.eval.after_sft and local:
                     evaluate("sft", final)
             if state.phase == "grpo" and not sft_only:
-                run_grpo(session, train_tasks, state, callbacks, clock)
+                run_grpo(session, run)
                 state.phase = "done"
                 if cfg.eval.after_grpo and not local:
                     evaluate("grpo", None)
-                final = session.save(state, clock)
+                final = session.save(run)
                 if cfg.eval.after_grpo and local:
                     evaluate("grpo", final)
-            summary = {**summarize(cfg, run_dir, state, clock, final), "engine": "tinker",
+            summary = {**summarize(run, final), "engine": "tinker",
                        "tinker": {"base_url": state.tinker["base_url"] if state.tinker else cfg.tinker.base_url,
                                   "lora_rank": lora_rank(cfg), "server_reduction": session.reduction}}
         except BaseException:
             with contextlib.suppress(Exception):
-                callbacks.on_train_end(summary)
+                run.callbacks.on_train_end(summary)
             raise
         else:
-            callbacks.on_train_end(summary)
+            run.callbacks.on_train_end(summary)
         finally:
             engine.close()
             close_service(service)
-    _report(run_dir)
+    report(start.dir)
     return summary

@@ -12,14 +12,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping
+from functools import partial
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
+from mcprl.training.loop.hooks import GRPOHook, Guide
 from mcprl.training.rollout import RolloutResult, Rollouts
+from mcprl.training.run import Run
+from mcprl.training.sft import load_experts
 
 ROW_KEYS = ("prompt_token_ids", "response_ids", "rewards", "loss_masks", "stop_reasons", "rollout_logprobs",
             "env_metrics", "trajectory_generation_times")
+
+
+class GuidanceHook(GRPOHook):
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    def guide(self, sampling: dict[str, Any]) -> Guide:
+        demos = demo_turns(load_experts(self.run.cfg.data.experts_path()))
+        return partial(add_expert_demos, self.run.policy.rollouts, demos, sampling)
+
+    def metrics(self, results: list[RolloutResult]) -> dict[str, float]:
+        """Groups that trained on an expert demo, counted over every sample batch."""
+        return {"guided_groups": float(sum(len(r.guided) for r in results))}
 
 
 def demo_turns(experts: list[dict[str, Any]]) -> dict[str, list[str]]:

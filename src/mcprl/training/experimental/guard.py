@@ -9,14 +9,21 @@ checkpoint's weights and optimizer back, and GRPO goes on from there with the pr
 
 from __future__ import annotations
 
+import random
+import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from transformers import PreTrainedModel
 
+from mcprl.data.sample import SkyRLSample
 from mcprl.training.checkpoint import TrainState, checkpoint_dir, restore_policy
-from mcprl.training.config import GuardConfig
+from mcprl.training.config import GuardConfig, TrainConfig
+from mcprl.training.experimental.greedy import greedy_successes, tasks_per_family
+from mcprl.training.loop.hooks import GRPOHook
+from mcprl.training.policy import Policy
+from mcprl.training.run import Run, console
 
 Probe = Callable[[int], float]  # GRPO step -> greedy success rate on the guard's tasks
 
@@ -53,3 +60,41 @@ class Guard:
             action = "kept"
         record["probes"].append([step, score, action])
         return action
+
+
+def build_guard(policy: Policy, cfg: TrainConfig, tasks: list[SkyRLSample], state: TrainState, run_dir: Path) -> Guard:
+    """The guard's probe: the same seeded training tasks, `per_family` of each family, every time."""
+    config = cfg.experimental.guard
+    chosen = tasks_per_family(tasks, config.per_family, random.Random(f"{cfg.run.seed}:guard"))
+
+    def probe(step: int) -> float:
+        t0 = time.perf_counter()
+        successes = greedy_successes(policy, cfg, chosen, run_dir, f"grpo_guard_{step}")
+        rate = sum(successes) / len(successes)
+        console.print(f"guard: step {step} solved {sum(successes)} of {len(chosen)} training tasks greedily "
+                      f"({rate:.1%}, {time.perf_counter() - t0:.0f} s)")
+        return rate
+
+    return Guard(config, state, probe, run_dir)
+
+
+class GuardHook(GRPOHook):
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.guard = build_guard(run.policy, run.cfg, run.train_tasks, run.state, run.dir)
+
+    def begin(self, save: Callable[[], Path]) -> None:
+        self.guard.begin(self.run.checkpoint, save)
+
+    def after_step(self, optimizer: torch.optim.Optimizer, metrics: dict[str, Any]) -> bool:
+        """A probe when due: the best weights back after a fall (and in the engine), or this step's saved as the best."""
+        run, steps = self.run, self.run.cfg.algo.steps
+        if not self.guard.due(run.state.grpo_step, steps):
+            return False
+        action = self.guard.check(run.state.grpo_step, steps, run.policy.model, optimizer)
+        if action == "restored":
+            run.policy.engine.sync_weights()
+        record = run.state.guard
+        console.print(f"guard: {action} (best {record['best']:.1%} at step {record['best_step']})")
+        metrics |= {"guard_success": record["probes"][-1][1], "guard_restored": float(action == "restored")}
+        return action == "best"
