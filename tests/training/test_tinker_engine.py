@@ -20,6 +20,7 @@ pytest.importorskip("tinker")
 pytest.importorskip("jax")  # SkyRL's server: `pip install -e .[tinker]` (make test-all installs it)
 
 from mcprl.metric_names import short  # noqa: E402
+from mcprl.training import run as run_module  # noqa: E402
 from mcprl.training.callbacks import Callback, CallbackList  # noqa: E402
 from mcprl.training.config import load_train_config  # noqa: E402
 from mcprl.training.evaluate import run_eval  # noqa: E402
@@ -69,9 +70,9 @@ def trained(tiny_dir, reward_module, tmp_path_factory):
         "algo.lr=1e-3", "algo.dynamic_sampling.max_sample_batches=1", "rollout.max_new_tokens=16",
         "rollout.max_turns=2", "rollout.temperature=1.0", "logging.wandb.enabled=false", "logging.console_every=0",
         f"run.output_dir={out}", "tinker.backend_config={max_lora_adapters: 4, sample_max_num_sequences: 8}"])
-    original = run.build_callbacks
+    original = run_module.build_callbacks
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(run, "build_callbacks", lambda c, d: CallbackList([CrashAt(2), *original(c, d)]))
+        patch.setattr(run_module, "build_callbacks", lambda c, d: CallbackList([CrashAt(2), *original(c, d)]))
         with pytest.raises(KeyboardInterrupt):
             run.train(cfg)
     crashed = (out / "checkpoints" / "latest").read_text().strip()

@@ -87,7 +87,7 @@ class GuardHook(GRPOHook):
         self.guard.begin(self.run.checkpoint, save)
 
     def after_step(self, optimizer: torch.optim.Optimizer, metrics: dict[str, Any]) -> bool:
-        """A probe when due: the best weights back after a fall (and in the engine), or this step's saved as the best."""
+        """A probe when due: after a fall the best weights come back (to the engine too); a new best is saved."""
         run, steps = self.run, self.run.cfg.algo.steps
         if not self.guard.due(run.state.grpo_step, steps):
             return False

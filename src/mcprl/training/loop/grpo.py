@@ -53,6 +53,7 @@ def run_grpo(run: Run) -> Critic | None:
     stream = grpo_prompts(run, hooks)
     sampling = policy.rollouts.sampling(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k)
     guides = [guide for hook in hooks if (guide := hook.guide(sampling)) is not None]
+    guide = guides[0] if guides else None  # one hook guides at most (experimental.expert_guidance)
 
     def save() -> Path:
         state.elapsed_s = run.clock.total
@@ -66,8 +67,7 @@ def run_grpo(run: Run) -> Critic | None:
             t0 = time.perf_counter()
             policy.engine.reset_stats()
             bar.reset(episodes)
-            output, uids, results = sample_step_batch(policy, algo, stream, state, sampling, (bar, episodes),
-                                                      guides[0] if guides else None)
+            output, uids, results = sample_step_batch(policy, algo, stream, state, sampling, (bar, episodes), guide)
             t_rollout = time.perf_counter() - t0
             policy.model.train()
             batch = grpo.build_batch(output, uids)

@@ -1,4 +1,4 @@
-"""The SFT phase: the expert demos' assistant turns, to sft.max_steps or the demos' epochs, from the run's checkpoint."""
+"""The SFT phase: the expert demos' assistant turns, to sft.max_steps or sft.epochs, from the run's checkpoint."""
 
 from __future__ import annotations
 
