@@ -144,6 +144,7 @@ def test_a_real_run_trains_on_demos_where_the_base_model_fails(tmp_path):
         "data.generate.n_train=6", "data.generate.n_eval=1", f"data.train={data / 'train.jsonl'}",
         f"data.eval={data / 'test.jsonl'}", f"run.output_dir={run}", "sft.enabled=false", "eval.before=false",
         "eval.after_grpo=false", "algo.steps=1", "algo.prompts_per_step=2", "algo.group_size=2",
+        "algo.prompts=all", "data.generate.no_demo_families=[]",  # every task has a demo to guide with
         "experimental.expert_guidance=true", "rollout.max_new_tokens=24", "logging.wandb.enabled=false",
         "logging.console_every=0", "model.threads=1"])
     trainer.train(cfg)
