@@ -93,3 +93,21 @@ def test_without_sessions_a_quiet_gap_closes_the_batch() -> None:
     assert engine.batches == [[1, 2]] and [o["response_ids"] for o in outputs] == [[[1]], [[2]]]
     with pytest.raises(PromptTooLong):
         asyncio.run(engine.generate({"prompt_token_ids": [[1] * 100]}))
+
+
+def test_batches_do_not_depend_on_tool_timing_when_more_episodes_run_than_a_batch_holds() -> None:
+    """An eval runs 100 episodes in batches of 16: which rows share a batch (and so their bf16 logits) must
+    come from the episodes' state, not from which tool call returned first."""
+    import random
+
+    def batches(seed: int) -> list[list[int]]:
+        engine = RecordingEngine(max_wait_ms=None)
+        delays = random.Random(seed)
+        run_episodes(engine, *(episode(engine, s, turns=1 + s % 3, tool_seconds=delays.uniform(0, 0.05))
+                               for s in range(1, 21)))
+        return engine.batches
+
+    first = batches(1)
+    assert first == batches(2)
+    assert first[:3] == [list(range(1, 9)), list(range(9, 17)), list(range(17, 21))]  # a wave of 20 in 8s, in order
+    assert all(len(b) <= 8 for b in first)

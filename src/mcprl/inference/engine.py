@@ -906,14 +906,15 @@ class BatchingEngine:
         return self._queue  # type: ignore[return-value]
 
     async def _collect(self, queue: asyncio.Queue[_Request], changed: asyncio.Event, pending: list[_Request]) -> None:
-        """Gather requests until every running session is in (or a full batch), `max_wait_ms` while
-        some are missing, or, with no running sessions known, a quiet gap of `batch_wait_ms`."""
+        """Gather requests until every running session is in, `max_wait_ms` while some are missing, or, with
+        no running sessions known, a full batch or a quiet gap of `batch_wait_ms`. Waiting for every session,
+        not the first `max_batch_size` to arrive, is what keeps batches independent of tool-call timing when
+        more episodes run than a batch holds (an eval's 100 tasks in batches of 16)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        while len(pending) < self.max_batch_size:
+        while True:
             running = len(self._sessions) + self._announced
-            expected = min(self.max_batch_size, running)
-            if running and len(pending) >= expected:
+            if running and len(pending) >= running or not running and len(pending) >= self.max_batch_size:
                 return
             remaining = self.max_wait_s - (loop.time() - started)
             wait = remaining if running else min(self.batch_wait_s, remaining)
@@ -939,26 +940,29 @@ class BatchingEngine:
                 pending.append(await queue.get())
             await self._collect(queue, changed, pending)
             params = pending[0].params
-            batch = [r for r in pending if r.params == params][: self.max_batch_size]
-            pending = [r for r in pending if not any(r is b for b in batch)]
-            # Canonical order: which row draws which random numbers must not depend on arrival timing
-            # (env steps finish in any order), or seeded runs and exact resumes would drift. Equal
-            # prompts (a group's first turns) are told apart by session.
-            batch = sorted((r for r in batch if not r.future.cancelled()), key=lambda r: (r.prompt, r.session))
-            if not batch:
-                continue
-            try:
-                results = await loop.run_in_executor(
-                    self._executor, self.generate_batch, [r.prompt for r in batch], params
-                )
-            except Exception as exc:  # every waiting trajectory sees the failure, the worker lives on
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(exc)
-                continue
-            for request, result in zip(batch, results):
+            wave = [r for r in pending if r.params == params]
+            pending = [r for r in pending if r.params != params]
+            # Canonical order: which rows share a batch, and which row draws which random numbers, must
+            # not depend on arrival timing (env steps finish in any order), or seeded runs, exact resumes
+            # and greedy evals would drift (bf16 logits change with a batch's other rows and padding).
+            # Similar lengths batch together; equal prompts (a group's first turns) are told apart by
+            # session. Requests that arrive meanwhile wait for the next wave.
+            wave = sorted((r for r in wave if not r.future.cancelled()),
+                          key=lambda r: (len(r.prompt), r.prompt, r.session))
+            for start in range(0, len(wave), self.max_batch_size):
+                await self._decode(loop, wave[start : start + self.max_batch_size], params)
+
+    async def _decode(self, loop: asyncio.AbstractEventLoop, batch: list[_Request], params: SamplingParams) -> None:
+        try:
+            results = await loop.run_in_executor(self._executor, self.generate_batch, [r.prompt for r in batch], params)
+        except Exception as exc:  # every waiting trajectory sees the failure, the worker lives on
+            for request in batch:
                 if not request.future.done():
-                    request.future.set_result(result)
+                    request.future.set_exception(exc)
+            return
+        for request, result in zip(batch, results):
+            if not request.future.done():
+                request.future.set_result(result)
 
 
 
