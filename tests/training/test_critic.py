@@ -108,3 +108,26 @@ def test_explained_variance_reads_as_documented():
     assert explained_variance(returns, returns, mask) == pytest.approx(1.0)
     assert explained_variance(torch.full_like(returns, 0.5), returns, mask) == pytest.approx(0.0)
     assert explained_variance(1 - returns, returns, mask) < 0
+
+
+def test_the_summary_says_whether_the_critic_learned(tmp_path):
+    """summary.json's critic section comes from metrics.jsonl's GRPO rows; a run without a critic has none."""
+    import json
+
+    from mcprl.training.loop.evals import critic_summary
+
+    steps = [{"step": 1, "phase": "grpo", "critic/value_loss": 0.5, "critic/explained_variance": 0.0,
+              "critic/values_mean": 0.0, "critic/returns_mean": -0.4, "critic/value_clip_frac": 0.0,
+              "critic/warmup": 1.0},
+             {"step": 2, "phase": "grpo", "critic/value_loss": 0.2, "critic/explained_variance": 0.6,
+              "critic/values_mean": -0.3, "critic/returns_mean": -0.35, "critic/value_clip_frac": 0.5,
+              "critic/warmup": 0.0}]
+    rows = [{"step": 1, "phase": "sft", "sft/loss": 1.0}, *steps]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = critic_summary(tmp_path)
+    assert summary["steps"] == 2 and summary["warmup_steps"] == 1
+    assert summary["value_loss"] == {"first": 0.5, "last": 0.2}
+    assert summary["explained_variance"] == {"first": 0.0, "last": 0.6, "max": 0.6}
+    assert summary["values_mean"] == -0.3 and summary["value_clip_frac"] == 0.25
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    assert critic_summary(tmp_path) == {}

@@ -191,7 +191,8 @@ def test_ppo_with_a_critic_resumes_exactly(tmp_path, monkeypatch):
     ppo = ["algo.advantage_estimator=gae", "algo.lambd=0.95", "algo.group_size=2", "sft.max_steps=2",
            "sft.save_every=0", "eval.before=false", "eval.after_sft=false", "eval.after_grpo=false",
            "reward.fn=tinker_step:LengthParity"]
-    trainer.train(config(tmp_path, "straight", *ppo))
+    summary = trainer.train(config(tmp_path, "straight", *ppo))
+    assert summary["critic"]["steps"] == 2 and math.isfinite(summary["critic"]["value_loss"]["last"])
     straight = [r for r in rows(tmp_path / "straight") if r["phase"] == "grpo"]
     assert all("critic_value_loss" in r and "critic_explained_variance" in r for r in straight)
     assert (tmp_path / "straight" / "checkpoints" / "step_done" / "critic.pt").is_file()

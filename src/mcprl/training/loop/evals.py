@@ -39,7 +39,8 @@ def _eval(run: Run, tasks: list[SkyRLSample], name: str, prefix: str = "") -> di
 
 
 def summarize(run: Run, final: Path | None) -> dict[str, Any]:
-    """summary.json: every eval, the paired tests between them (generated, natural, no-demo families), time, steps."""
+    """summary.json: every eval, the paired tests between them (generated, natural, no-demo families), time, steps,
+    and PPO's critic where there is one."""
     state = run.state
     generated = {k: v for k, v in state.evals.items() if not k.startswith(NATURAL)}
     natural = {k.removeprefix(NATURAL): v for k, v in state.evals.items() if k.startswith(NATURAL)}
@@ -51,8 +52,30 @@ def summarize(run: Run, final: Path | None) -> dict[str, Any]:
                if natural else {}),
             "train_seconds": round(run.clock.total, 1), "sft_steps": state.sft_step, "sft_seconds": state.sft_seconds,
             "grpo_steps": state.grpo_step, "final_checkpoint": str(final) if final else None,
+            **({"critic": critic} if (critic := critic_summary(run.dir)) else {}),
             **({"grpo_probe": state.probe} if state.probe is not None else {}),
             **({"grpo_guard": state.guard} if state.guard is not None else {})}
+
+
+def critic_summary(run_dir: Path) -> dict[str, Any]:
+    """Did PPO's value model learn? Its loss and explained variance at the first and last step, the best
+    explained variance, and values against returns at the end ({} without a critic)."""
+    from mcprl.eval.run import load_metrics
+
+    rows = load_metrics(run_dir / "metrics.jsonl", [])
+    if "critic_value_loss" not in rows:
+        return {}
+    rows = rows[(rows["phase"] == "grpo") & rows["critic_value_loss"].notna()]
+    if rows.empty:
+        return {}
+    first, last = rows.iloc[0], rows.iloc[-1]
+    return {"steps": len(rows), "warmup_steps": (int(rows["critic_only"].fillna(0).sum()) if "critic_only" in rows else 0),
+            "value_loss": {"first": float(first["critic_value_loss"]), "last": float(last["critic_value_loss"])},
+            "explained_variance": {"first": float(first["critic_explained_variance"]),
+                                   "last": float(last["critic_explained_variance"]),
+                                   "max": float(rows["critic_explained_variance"].max())},
+            "values_mean": float(last["critic_values_mean"]), "returns_mean": float(last["critic_returns_mean"]),
+            "value_clip_frac": float(rows["critic_value_clip_frac"].mean())}
 
 
 def _load_evals(run_dir: Path, evals: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
