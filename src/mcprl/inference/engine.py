@@ -914,7 +914,7 @@ class BatchingEngine:
         started = loop.time()
         while True:
             running = len(self._sessions) + self._announced
-            if running and len(pending) >= running or not running and len(pending) >= self.max_batch_size:
+            if len(pending) >= (running or self.max_batch_size):
                 return
             remaining = self.max_wait_s - (loop.time() - started)
             wait = remaining if running else min(self.batch_wait_s, remaining)
