@@ -3,6 +3,7 @@ fresh directory holding the files the guide writes (a code block whose first lin
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import sys
@@ -131,6 +132,46 @@ def _resolve(args: list[str]):
     return cmd, rest
 
 
+def where(args: list[str]) -> str:
+    """The test that runs a guide's command; each of those tests picks its lines through here, so a new kind of
+    command in a guide fails `test_every_command_in_the_guides_is_run_by_a_test` until a test runs it."""
+    if any(a.startswith(("my_servers", "my_specs", "my_train")) or "=my_" in a for a in args):
+        return "own-server"  # the own-server guide's files: test_the_own_server_guide_and_the_readme_run_as_written
+    if args[1] in ("eval", "report") or "--equal-time" in args:
+        return "finished-run"  # on the smoke test's run: test_trainer_smoke.py::test_the_guides_commands_run_on_a_run
+    if args[1] == "train":
+        return "plan"  # test_every_train_command_in_the_guides_plans (training itself: make train, the smoke test)
+    if args[1:3] in (["servers", "serve"], ["servers", "up"]):
+        return "serve"  # test_the_serve_commands_serve_as_written: started, asked for their tools, stopped
+    if args[1] == "data":
+        return "data"  # test_the_data_guide_runs_as_written
+    if args[1] in ("servers", "tools", "env"):
+        return "offline"  # test_the_server_tool_and_env_commands_run_as_written
+    return "nowhere"
+
+
+def guide_commands(kind: str, pages: list[str] = GUIDES) -> list[list[str]]:
+    """The guides' command lines that `where` gives to `kind`, in page order, each once."""
+    seen, found = set(), []
+    for page in pages:
+        for args in _command_lines((DOCS / page).read_text()):
+            if where(args) == kind and tuple(args) not in seen:
+                seen.add(tuple(args))
+                found.append(args)
+    return found
+
+
+def test_every_command_in_the_guides_is_run_by_a_test() -> None:
+    own_server = {tuple(a) for page in ("own-server.md", "../README.md") for a in _command_lines((DOCS / page).read_text())}
+    for page in GUIDES:
+        for args in _command_lines((DOCS / page).read_text()):
+            assert where(args) != "nowhere", f"{page}: no test runs `{' '.join(args)}`: give it one in where()"
+            if where(args) == "own-server":  # that test runs the own-server guide and the README only
+                assert tuple(args) in own_server, f"{page}: `{' '.join(args)}` is not a line of own-server.md"
+    assert len(guide_commands("serve")) >= 4 and len(guide_commands("offline")) >= 4
+    assert len(guide_commands("finished-run")) >= 3 and len(guide_commands("data")) >= 10
+
+
 @pytest.mark.parametrize("page", GUIDES)
 def test_every_command_in_the_guides_parses(page: str) -> None:
     """Each `mcprl` line of README.md and the guides names a real command with options it takes (the
@@ -153,8 +194,8 @@ def test_the_metric_names_table_is_current() -> None:
 
 @pytest.mark.slow  # 70 s on the 2-core machine (its commands generate and execute ~150 tasks): make test-all
 def test_the_data_guide_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/data.md's commands in order, in a fresh directory, against the real offline servers. Three
-    changes, each a stand-in the guide names: task counts cut to 12 (`--n 600` takes minutes), the
+    """The quickstart page's data lines, then docs/data.md's, in order, in a fresh directory, against the real
+    offline servers. Three changes, each a stand-in the guide names: task counts cut to 12 (`--n 600` takes minutes), the
     OpenAI-compatible endpoint a local stub (it proposes one real plan, a simple polygon lookup, so the
     generator is asked for those: DOMAINS, COMPLEXITIES), and specs.jsonl the guide's example on one line."""
     import json
@@ -163,8 +204,8 @@ def test_the_data_guide_runs_as_written(tmp_path: Path, monkeypatch: pytest.Monk
     from tests.data.test_llm import plan
 
     page = (DOCS / "data.md").read_text()
-    commands = _command_lines(page)
-    assert len(commands) >= 10, "the data guide lost its commands"
+    commands = guide_commands("data")  # the quickstart's data lines, then the data guide's
+    assert len(_command_lines(page)) >= 10, "the data guide lost its commands"
     spec = next(body for lang, body in BLOCK.findall(page.split("## The specs converter")[1]) if lang == "json")
     (tmp_path / "specs.jsonl").write_text(json.dumps(json.loads(spec)) + "\n")
     (tmp_path / "data" / "heldout").mkdir(parents=True)
@@ -186,16 +227,114 @@ def test_the_data_guide_runs_as_written(tmp_path: Path, monkeypatch: pytest.Monk
     assert stub.requests, "the llm command never asked the endpoint"
 
 
-def test_the_training_guides_commands_load_and_plan(monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/training.md's and the quickstart's `mcprl train` lines, each with `--dry-run` added: the config
-    files, overrides and flags load, check and plan (no model). Training itself runs in `make train` and
-    the smoke test; `--equal-time` needs a finished run, which the smoke test's equal-time test makes."""
+def test_every_train_command_in_the_guides_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each guide's `mcprl train` line with `--dry-run` added: its config files, overrides and flags load, check
+    and plan (no model). Training itself runs in `make train`, the smoke test and the tinker test; the hosted
+    Tinker line gets a stand-in key (the plan checks that one is set)."""
     monkeypatch.chdir(DOCS.parent)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("TINKER_API_KEY", "tml-guide-test-stand-in")
     runner = CliRunner()
-    lines = [args for page in ("training.md", "quickstart.md") for args in _command_lines((DOCS / page).read_text())
-             if args[1] == "train" and "--equal-time" not in args]
-    assert len(lines) >= 6
+    lines = guide_commands("plan")
+    assert len(lines) >= 10 and any("--engine" in args for args in lines)
     for args in lines:
         result = runner.invoke(app, [*args[1:], *([] if "--dry-run" in args else ["--dry-run"])])
         assert result.exit_code == 0 and "algorithm:" in result.output, f"{' '.join(args)}\n{result.output}"
+
+
+def _mcprl(args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "mcprl.cli", *args[1:]]
+
+
+def _free_ports(n: int) -> int:
+    """The first of n consecutive free ports on 127.0.0.1."""
+    import socket
+
+    for base in range(20000, 60000, 97):
+        try:
+            with contextlib.ExitStack() as stack:
+                for port in range(base, base + n):
+                    stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
+def _wait_until_listening(proc, port: int) -> None:
+    import socket
+    import time
+
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, f"exited with {proc.returncode}: {proc.communicate()[1]}"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on {port} after 60 s"
+            time.sleep(0.1)
+
+
+@pytest.mark.slow  # ~15 s (eight server processes): make test-all
+def test_the_serve_commands_serve_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each `servers serve` / `servers up` line, started as written (a free port in place of the guide's), answers
+    list_tools over its transport and stops on SIGTERM; `--backend live` without its key exits with one line."""
+    import signal
+    import subprocess
+
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from mcprl.tools.config import OUR_SERVERS
+    from tests.servers.helpers import connect
+
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    lines = guide_commands("serve")
+    assert {" ".join(a[1:3]) for a in lines} == {"servers serve", "servers up"}
+    for args in lines:
+        args = list(args)
+        if "--backend" in args and args[args.index("--backend") + 1] == "live":
+            done = subprocess.run(_mcprl(args), check=False, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 2 and done.stderr.count("\n") == 1 and "is not set" in done.stderr, done.stderr
+            continue
+        if args[2] == "serve" and "--transport" not in args:  # stdio: what an MCP client launches
+            command = _mcprl(args)
+            with connect(stdio_client(StdioServerParameters(command=command[0], args=command[1:]))) as session:
+                assert session.tool_names()
+            continue
+        flag = "--port" if args[2] == "serve" else "--base-port"
+        base = _free_ports(1 if args[2] == "serve" else len(OUR_SERVERS))
+        if flag in args:
+            args[args.index(flag) + 1] = str(base)
+        else:
+            args += [flag, str(base)]
+        ports = [base] if args[2] == "serve" else [base + i for i in range(len(OUR_SERVERS))]
+        proc = subprocess.Popen(_mcprl(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            for port in ports:
+                _wait_until_listening(proc, port)
+                with connect(streamable_http_client(f"http://127.0.0.1:{port}/mcp")) as session:
+                    assert session.tool_names(), f"{' '.join(args)}: no tools on {port}"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=30)
+        assert proc.returncode in (0, -signal.SIGTERM), f"{' '.join(args)} exited with {proc.returncode}"
+
+
+@pytest.mark.slow  # ~20 s (each command starts the five servers): make test-all
+def test_the_server_tool_and_env_commands_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`servers check`, `tools list|call` and `env check` lines as written, in a directory holding what they read
+    (the quickstart's task file, generated here: `make train` writes it)."""
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    lines = guide_commands("offline")
+    data_files = {a[a.index("--data") + 1] for a in lines if "--data" in a}
+    for path in data_files:
+        result = runner.invoke(app, ["data", "generate", "families", "--n", "2", "--seed", "1", "--out", path])
+        assert result.exit_code == 0, result.output
+    for args in lines:
+        result = runner.invoke(app, args[1:], catch_exceptions=False)
+        assert result.exit_code == 0, f"{' '.join(args)}\n{result.output}"
+        if args[1:3] == ["tools", "call"]:
+            assert '"price"' in result.output or "price" in result.output, result.output

@@ -135,6 +135,31 @@ def test_the_report_has_its_page_and_charts(trained):
     assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
 
+@pytest.mark.slow  # 10-30 s (an eval of one task): make test-all
+def test_the_guides_commands_run_on_a_run(trained, tmp_path, monkeypatch):
+    """The guides' `eval` and `report` lines as written, on this run in place of `runs/quickstart` (and of
+    `runs/ppo`), its held-out file, one task; `--equal-time` planned with --dry-run (it trains: the test below)."""
+    from typer.testing import CliRunner
+
+    from mcprl.cli.main import app
+    from tests.test_guides import guide_commands
+
+    here = {"runs/quickstart": str(trained.run), "runs/ppo": str(trained.run),
+            "data/processed/quickstart_test.jsonl": str(trained.tmp_path / "data" / "test.jsonl")}
+    monkeypatch.chdir(tmp_path)
+    lines = guide_commands("finished-run")
+    assert {a[1] for a in lines} >= {"eval", "report", "train"}
+    for args in lines:
+        for old, new in here.items():
+            args = [a.replace(old, new) for a in args]
+        if "--n" in args:
+            args[args.index("--n") + 1] = "1"
+        args += ["--dry-run"] if "--equal-time" in args else []
+        result = CliRunner().invoke(app, args[1:], catch_exceptions=False)
+        assert result.exit_code == 0, f"{' '.join(args)}\n{result.output}"
+    assert (tmp_path / "runs" / "eval_grpo" / "trajectories.jsonl").read_text().count("\n") == 1
+
+
 @pytest.mark.slow  # 3+ minutes (its SFT and evals) on the 2-core machine: make test-all; test_baseline.py is the arithmetic
 def test_sft_alone_at_equal_time_compares_with_the_run(trained):
     # `--equal-time`: SFT alone on the run's config, compared with its last eval (a shorter budget here than
