@@ -9,8 +9,10 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors import safe_open
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from mcprl.training.checkpoint import CheckpointError
 from mcprl.training.config import FinetuneConfig, TrainConfig, env_config, openenv_env_config, resolve_rollout_backend
 from mcprl.models.devices import configure_threads, pick_device, pick_dtype
 from mcprl.inference.engine import BatchingEngine, HFInferenceEngine, InferenceError
@@ -73,10 +75,31 @@ def load_policy_weights(name_or_checkpoint: str, device: str = "auto") -> tuple[
     if adapter.exists():
         base_name = json.loads(adapter.read_text())["base_model_name_or_path"]
         model, tokenizer = load_model(base_name, dtype="float32", device=device)
-        return PeftModel.from_pretrained(model, weights), tokenizer
+        peft_model = PeftModel.from_pretrained(model, weights)
+        check_adapter_loaded(peft_model, weights)
+        return peft_model, tokenizer
     if (weights / "config.json").exists():
         return load_model(str(weights), dtype="float32", device=device)
     return load_model(name_or_checkpoint, dtype="float32", device=device)
+
+
+def adapter_modules(path: Path) -> list[str]:
+    """The module names (q_proj, down_proj, ...) that a PEFT LoRA file holds weights for."""
+    with safe_open(str(path), framework="pt") as f:
+        return sorted({key.split(".lora_")[0].rsplit(".", 1)[-1] for key in f.keys() if ".lora_" in key})
+
+
+def check_adapter_loaded(model: PeftModel, weights: Path) -> None:
+    """PEFT loads an adapter file whose tensors match no module with a warning only, and the model then
+    runs without them; here that is an error naming the modules left out."""
+    files = [weights / name for name in ("adapter_model.safetensors",) if (weights / name).exists()]
+    if not files:
+        return
+    missing = sorted(set(adapter_modules(files[0])) - {name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                                                        if hasattr(module, "lora_A") and module.lora_A})
+    if missing:
+        raise CheckpointError(f"{files[0]}: LoRA weights for {missing} match no adapted module; add them to "
+                              f"target_modules in {weights / 'adapter_config.json'}")
 
 
 def build_policy(cfg: TrainConfig, *, model: PreTrainedModel | None = None,

@@ -41,13 +41,14 @@ from mcprl.models.loading import load_tokenizer, resolve_model
 from mcprl.training import grpo
 from mcprl.training.checkpoint import (
     STATE_FILE,
+    WARM_START,
     TrainState,
     rng_state,
     set_rng_state,
     write_checkpoint,
 )
 from mcprl.training.config import TrainConfig
-from mcprl.training.policy import build_policy, load_policy_weights, rollouts_for
+from mcprl.training.policy import adapter_modules, build_policy, load_policy_weights, rollouts_for
 from mcprl.training.rollout import Rollouts, write_rollouts
 from mcprl.training.sft import batches, load_experts, tokenize_conversation
 from mcprl.training.tinker.datums import Reduction, datum_rows, ignored, loss_for, refusal, sft_row, to_datum
@@ -135,6 +136,9 @@ def export_adapter(archive: bytes, out: Path, *, base_model: str) -> None:
         raise ConfigError("the Tinker sampler archive holds no adapter_config.json")
     adapter = json.loads(config.read_text())
     adapter["base_model_name_or_path"] = base_model
+    # SkyRL's server (0.3.0) writes no target_modules, and PEFT then adapts its default for the architecture
+    # (a llama's q_proj and v_proj) and drops every other tensor of the file: name what the file holds.
+    adapter["target_modules"] = adapter_modules(out / "adapter_model.safetensors")
     config.write_text(json.dumps(adapter, indent=1))
 
 
@@ -399,41 +403,43 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
         summary: dict[str, Any] = {}
         local = eval_here(cfg)
 
-        def evaluate(name: str, checkpoint: Path | None) -> None:
-            """On the Tinker sampler, or (tinker.evals local) on this machine's engine from the checkpoint's
-            exported adapter, the base model without one: the code `mcprl eval -m CHECKPOINT` runs."""
+        def evaluate(name: str, weights: Path | None, latest: Path | None) -> None:
+            """On the Tinker sampler, or (tinker.evals local) on this machine's engine from the `weights`
+            checkpoint's exported adapter, the base model without one: the code `mcprl eval -m CHECKPOINT`
+            runs. The evals done are recorded in the `latest` checkpoint's state."""
             if not local:
                 run_evals(run, name)
                 return
-            weights, tok = load_policy_weights(str(checkpoint) if checkpoint is not None else cfg.model.name)
-            here = build_policy(cfg, model=weights, tokenizer=tok)
+            model, tok = load_policy_weights(str(weights) if weights is not None else cfg.model.name)
+            here = build_policy(cfg, model=model, tokenizer=tok)
             try:
                 run_evals(replace(run, policy=here), name)
             finally:
                 here.engine.close()
-            if checkpoint is not None:
-                record_state(checkpoint, state)
+            if latest is not None:
+                record_state(latest, state)
 
         try:
             if cfg.eval.before and "base" not in state.evals:
-                evaluate("base", None)
+                evaluate("base", None, checkpoint)
             final = checkpoint
+            warm = start.dir / "checkpoints" / WARM_START
             if state.phase == "sft":
                 run_sft(session, run)
                 state.phase, state.sft_seconds = "grpo", round(run.clock.total, 1)
                 if cfg.eval.after_sft and not local:
-                    evaluate("sft", None)
+                    evaluate("sft", None, None)
                 final = session.save(run)  # step_grpo_0: the warm start
-                if cfg.eval.after_sft and local:
-                    evaluate("sft", final)
+            if cfg.eval.after_sft and local and "sft" not in state.evals and warm.is_dir():
+                evaluate("sft", warm, final)  # also after a resume whose run stopped before this eval ended
             if state.phase == "grpo" and not sft_only:
                 run_grpo(session, run)
                 state.phase = "done"
                 if cfg.eval.after_grpo and not local:
-                    evaluate("grpo", None)
+                    evaluate("grpo", None, None)
                 final = session.save(run)
-                if cfg.eval.after_grpo and local:
-                    evaluate("grpo", final)
+            if state.phase == "done" and cfg.eval.after_grpo and local and "grpo" not in state.evals:
+                evaluate("grpo", final, final)
             summary = {**summarize(run, final), "engine": "tinker",
                        "tinker": {"base_url": state.tinker["base_url"] if state.tinker else cfg.tinker.base_url,
                                   "lora_rank": lora_rank(cfg), "server_reduction": session.reduction}}
