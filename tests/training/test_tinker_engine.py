@@ -129,3 +129,21 @@ def test_the_exported_adapter_loads_in_mcprl_eval(trained, tmp_path):
                        max_tasks=1)
     assert results["overall"]["n_tasks"] == 1
     assert (tmp_path / "eval" / "trajectories.jsonl").is_file()
+
+
+def test_a_resume_after_the_last_checkpoint_runs_the_evals_it_lacks(trained):
+    """A run stopped between a checkpoint and its eval (the eval runs from the checkpoint's exported adapter):
+    `--resume` runs the warm start's and the final eval, and trains nothing. Last: it changes the run."""
+    cfg, out, _, _ = trained
+    for name in ("step_done", "step_grpo_0"):
+        state_file = out / "checkpoints" / name / "trainer_state.json"
+        state = json.loads(state_file.read_text())
+        state["evals"] = {k: v for k, v in state["evals"].items() if k not in ("sft", "grpo")}
+        state_file.write_text(json.dumps(state))
+    for eval_dir in ("eval_sft", "eval_grpo"):
+        (out / eval_dir / "trajectories.jsonl").unlink()
+    before = _rows(out)
+    summary = run.train(cfg, resume=True)
+    assert {"eval_sft", "eval_grpo"} <= set(summary) and summary["grpo_steps"] == 2
+    assert all((out / eval_dir / "trajectories.jsonl").is_file() for eval_dir in ("eval_sft", "eval_grpo"))
+    assert [r for r in _rows(out) if r.get("phase") in ("sft", "grpo")] == [r for r in before if r.get("phase") in ("sft", "grpo")]

@@ -399,10 +399,13 @@ class TinkerConfig:
     api_key_env: str = opt("TINKER_API_KEY", "Environment variable holding the API key (a local server needs none); "
                                              "the key is never logged or written.")
     backend_config: dict[str, Any] = opt(
-        {"max_lora_adapters": 4, "sample_max_num_sequences": 16, "train_micro_batch_size": 2},
+        {"max_lora_adapters": 4, "sample_max_num_sequences": 16, "train_micro_batch_size": 2,
+         "gradient_checkpointing": True},
         "The local server's JAX backend settings: adapter slots (resume and export take one each), a fixed sample "
         "batch so the JIT compiles once, the training micro-batch (8 rows of 2k tokens with SmolLM2's 49k "
-        "vocabulary took 23 GB and the OOM killer). max_lora_rank defaults to lora_rank.")
+        "vocabulary took 23 GB and the OOM killer) and per-layer recomputation in backward (without it the "
+        "quickstart's first GRPO update grew the engine to 15-18 GB and the OOM killer, twice). max_lora_rank "
+        "defaults to lora_rank.")
     server_reduction: Literal["auto", "sum", "sequence_mean"] = opt(
         "auto", "How the server reduces a loss over tokens: hosted Tinker sums, SkyRL's server takes each "
                 "sequence's mean (auto: sequence_mean for local). Advantages are scaled so algo.loss_reduction holds.")
