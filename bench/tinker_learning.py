@@ -83,13 +83,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/tinker_learning"))
     parser.add_argument("--table", action="store_true", help="print the table of finished runs only")
     args = parser.parse_args()
-    if not (args.tinker_run / "summary.json").exists():
-        sys.exit(f"error: {args.tinker_run} is not a finished run (no summary.json)")
-    if json.loads((args.tinker_run / "summary.json").read_text()).get("engine") != "tinker":
+    warm = args.tinker_run / "checkpoints" / "step_grpo_0"
+    if not (warm / "trainer_state.json").exists():
+        sys.exit(f"error: {args.tinker_run} has no warm start yet ({warm})")
+    if not json.loads((warm / "trainer_state.json").read_text()).get("tinker"):
         sys.exit(f"error: {args.tinker_run} was not trained with --engine tinker")
     if not args.table:
-        warm = merge_warm_start(args.tinker_run, args.out / "warm_start")
-        embedded_grpo(args.tinker_run, warm, args.out / "embedded")
+        embedded_grpo(args.tinker_run, merge_warm_start(args.tinker_run, args.out / "warm_start"), args.out / "embedded")
+    if not (args.tinker_run / "eval_grpo").is_dir():
+        sys.exit(f"the Tinker run's GRPO has not finished: run this again with --table once it has ({args.tinker_run})")
     print(table(args.tinker_run, args.out / "embedded"))
 
 
