@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
+from safetensors.torch import save
 
 from mcprl.training.checkpoint import CheckpointError
 from mcprl.training.policy import load_policy_weights
@@ -51,18 +52,12 @@ def server_archive() -> tuple[bytes, torch.Tensor]:
     config = {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "base_model_name_or_path": "Qwen/Qwen3-0.6B"}
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, data in (("adapter_model.safetensors", _safetensors(weights)),
+        for name, data in (("adapter_model.safetensors", save(weights)),
                            ("adapter_config.json", json.dumps(config).encode())):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue(), logits
-
-
-def _safetensors(tensors: dict[str, torch.Tensor]) -> bytes:
-    from safetensors.torch import save
-
-    return save(tensors)
 
 
 def test_the_exported_adapter_gives_the_servers_model(tmp_path, base):

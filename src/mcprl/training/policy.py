@@ -92,13 +92,13 @@ def adapter_modules(path: Path) -> list[str]:
 def check_adapter_loaded(model: PeftModel, weights: Path) -> None:
     """PEFT loads an adapter file whose tensors match no module with a warning only, and the model then
     runs without them; here that is an error naming the modules left out."""
-    files = [weights / name for name in ("adapter_model.safetensors",) if (weights / name).exists()]
-    if not files:
+    file = weights / "adapter_model.safetensors"
+    if not file.exists():
         return
-    missing = sorted(set(adapter_modules(files[0])) - {name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                                                        if hasattr(module, "lora_A") and module.lora_A})
+    missing = sorted(set(adapter_modules(file)) - {name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                                                   if hasattr(module, "lora_A") and module.lora_A})
     if missing:
-        raise CheckpointError(f"{files[0]}: LoRA weights for {missing} match no adapted module; add them to "
+        raise CheckpointError(f"{file}: LoRA weights for {missing} match no adapted module; add them to "
                               f"target_modules in {weights / 'adapter_config.json'}")
 
 
