@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mcprl.eval.compare import paired_results
 from mcprl.eval.results import load_results
-from mcprl.training.config import NO_DEMO_FAMILIES, load_train_config
+from mcprl.training.config import load_train_config
 from mcprl.training.tinker.run import lora_rank, lr_scale
 
 
@@ -50,16 +50,17 @@ def embedded_grpo(tinker_run: Path, warm: Path, out: Path) -> None:
     subprocess.run(cmd, check=True)
 
 
-def rates(results: dict) -> tuple[float, float, int]:
-    """pass@1 overall and on the families without demos (with their task count)."""
+def rates(results: dict, no_demo_families: list[str]) -> tuple[float, float, int]:
+    """pass@1 overall and on the run's families without demos (with their task count)."""
     families = results.get("task_family", {})
-    no_demo = [v for task, v in results["per_task"].items() if families.get(task) in NO_DEMO_FAMILIES]
+    no_demo = [v for task, v in results["per_task"].items() if families.get(task) in no_demo_families]
     return results["overall"]["pass@1"], sum(no_demo) / max(len(no_demo), 1), len(no_demo)
 
 
 def table(tinker_run: Path, embedded_run: Path) -> str:
     # One warm start for both: the Tinker run's eval of it (its adapter; the embedded run starts from it merged)
     arms = {"tinker": (tinker_run, "grpo"), "embedded": (embedded_run, "grpo")}
+    no_demo = load_train_config(tinker_run / "config.yaml").data.generate.no_demo_families
     header = "| held-out set | engine | warm start pass@1 | after GRPO | no-demo families | GRPO vs warm start (better / worse, p) |"
     lines = [header, "|---|---|---|---|---|---|"]
     after = {}
@@ -68,7 +69,7 @@ def table(tinker_run: Path, embedded_run: Path) -> str:
             a, b = load_results(tinker_run / f"{prefix}_sft"), load_results(run / f"{prefix}_{grpo}")
             after[label, engine] = b
             test = paired_results(a, b)
-            (ra, nda, n), (rb, ndb, _) = rates(a), rates(b)
+            (ra, nda, n), (rb, ndb, _) = rates(a, no_demo), rates(b, no_demo)
             lines.append(f"| {label} | {engine} | {100 * ra:.1f}% | {100 * rb:.1f}% | {100 * nda:.1f}% -> "
                          f"{100 * ndb:.1f}% ({n}) | {test.better} / {test.worse}, p = {test.p_value:.2f} |")
         test = paired_results(after[label, "embedded"], after[label, "tinker"])
