@@ -10,14 +10,13 @@ import jsonschema
 import pytest
 
 import mcprl.envs  # noqa: F401 - registers mcp_tool_env
-from mcprl.aio import LoopThread
 from mcprl.data.natural import STYLES, NaturalTaskError, answer_of, build_async, execute, load_spec
 from mcprl.data.rules import build_world
 from mcprl.data.sample import read_samples, sample_schema
 from mcprl.envs.mcp_env import MCPToolEnv
 from mcprl.protocol.parsing import format_answer, format_tool_call
 from mcprl.tools.config import default_servers_config
-from mcprl.tools.manager import ToolManager
+from mcprl.tools.sync import shared_tool_manager
 
 ROOT = Path(__file__).parents[2]
 SPEC = ROOT / "data/heldout/natural.yaml"
@@ -28,13 +27,9 @@ MIN_TASKS = 48
 
 @pytest.fixture(scope="module")
 def live():
-    """One set of offline servers for the whole module: each start costs seconds."""
-    loop = LoopThread(name="natural-tests")
-    tm = ToolManager(default_servers_config())
-    loop.run(tm.start(), timeout=120)
-    yield loop, tm
-    loop.run(tm.close(), timeout=60)
-    loop.close()
+    """The process's offline servers (the generators' and envs'): each start costs seconds."""
+    servers = shared_tool_manager(default_servers_config())
+    return servers.run, servers.manager
 
 
 @pytest.fixture(scope="module")
@@ -44,19 +39,19 @@ def spec():
 
 @pytest.fixture(scope="module")
 def fresh(spec, live):
-    loop, tm = live
-    return loop.run(build_async(spec, tm), timeout=300)
+    run, tm = live
+    return run(build_async(spec, tm))
 
 
 @pytest.fixture(scope="module")
 def results(spec, live):
     """Each task's executed results (the `data` of every step), by id."""
-    loop, tm = live
+    run, tm = live
 
     async def run_all():
         return {task["id"]: await execute(task, tm) for task in spec}
 
-    return loop.run(run_all(), timeout=300)
+    return run(run_all())
 
 
 def dump(samples):
@@ -198,21 +193,21 @@ def test_a_day_asked_for_is_the_day_looked_up(spec):
 
 
 def test_a_broken_task_fails_the_build_naming_it(spec, live):
-    loop, tm = live
+    run, tm = live
     task = next(t for t in spec if t["answer"] and t["answer"].get("path") == "price")
     typo = {**task, "id": "natural-typo", "answer": {"step": 1, "path": "prise"}}
     with pytest.raises(NaturalTaskError, match="natural-typo.*prise"):
-        loop.run(build_async([typo], tm), timeout=60)
+        run(build_async([typo], tm))
     weekend = {**task, "id": "natural-weekend",
                "plan": [{"server": "polygon", "tool": "get_daily_bars",
                          "params": {"ticker": "NVDA", "start_date": "2025-03-08", "end_date": "2025-03-08"}}],
                "answer": {"step": 1, "path": "bars.0.close"}}
     with pytest.raises(NaturalTaskError, match="natural-weekend"):  # no bar on a Saturday
-        loop.run(build_async([weekend], tm), timeout=60)
+        run(build_async([weekend], tm))
     unknown = {**task, "id": "natural-unknown",
                "plan": [{"server": "polygon", "tool": "get_last_quote", "params": {"ticker": "NVIDIA"}}]}
     with pytest.raises(NaturalTaskError, match="natural-unknown.*unknown ticker"):
-        loop.run(build_async([unknown], tm), timeout=60)
+        run(build_async([unknown], tm))
     with pytest.raises(NaturalTaskError, match="highest"):
         answer_of({"id": "natural-cmp", "plan": [{"params": {"symbol": "GE"}}, {"params": {"symbol": "LIN"}}],
                    "answer": {"value": "LIN", "highest": [{"step": 1, "path": "pe"}, {"step": 2, "path": "pe"}]}},

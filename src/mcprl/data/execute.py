@@ -18,20 +18,32 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, TypeVar
 
 from mcprl.data.sample import SkyRLSample
 from mcprl.episode import new_episode
 from mcprl.errors import McprlError
 from mcprl.protocol.prompt import Style, system_prompt, tool_response
 from mcprl.servers.registry import ADMIN_TOOLS
+from mcprl.tools.config import default_servers_config
 from mcprl.tools.errors import ToolNotFound
 from mcprl.tools.manager import ToolInfo, ToolManager
+from mcprl.tools.sync import shared_tool_manager
 
 COMPLEXITIES = ("simple", "medium", "complex")
 _PLACEHOLDER = re.compile(r"\{\{\s*step(\d+)((?:\.[\w\-]+|\[-?\d+\])*)\s*\}\}")
 _PATH_PART = re.compile(r"\.([\w\-]+)|\[(-?\d+)\]")
+T = TypeVar("T")
+
+
+def on_offline_servers(work: Callable[[ToolManager], Coroutine[Any, Any, T]]) -> T:
+    """Run `work` on this process's offline servers: started once and shared with every later generator and
+    env of the process (`shared_tool_manager`), since a start of the five costs seconds, most of it each
+    server importing the MCP SDK. Each task runs as its own episode, so what one wrote no other sees."""
+    servers = shared_tool_manager(default_servers_config())
+    return servers.run(work(servers.manager))
 
 
 class PlaceholderError(McprlError, ValueError):

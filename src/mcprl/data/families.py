@@ -33,13 +33,13 @@ from typing import Any, Callable, Iterator
 import yaml
 from rich.progress import Progress
 
+from mcprl.data.execute import on_offline_servers
 from mcprl.data.rules import (DISTINCT_TRIES, POST_CHANNELS, TICKER_KEYS, Draft, GenerationError, Results, RuleOutput, Slip, Step, World,
                               alert_date, alert_of, build_task, build_world, execute_plan, fixed, misspell, pct_code,
                               printed_number, required_field, two_statements, article_gross_margin)
 from mcprl.episode import new_episode
 from mcprl.servers.offline.companies import SHORT_NAMES
 from mcprl.servers.offline.market import MarketData
-from mcprl.tools.config import default_servers_config
 from mcprl.tools.manager import ToolManager
 
 HELDOUT_PHRASINGS = 3  # the last three of each bank: never in training
@@ -419,8 +419,8 @@ async def recovery_slip(tm: ToolManager, task: FamilyTask, calls: list[dict[str,
     return None
 
 
-async def generate_async(n: int, seed: int, *, heldout: bool = False, progress: bool = True, recovery: float = 0.25,
-                         no_demo_families: tuple[str, ...] = (), style: str = "hermes") -> RuleOutput:
+async def generate_async(tm: ToolManager, n: int, seed: int, *, heldout: bool = False, progress: bool = True,
+                         recovery: float = 0.25, no_demo_families: tuple[str, ...] = (), style: str = "hermes") -> RuleOutput:
     unknown = sorted(set(no_demo_families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown families in no_demo_families: {', '.join(unknown)}; known: {', '.join(sorted(FAMILIES))}")
@@ -430,51 +430,49 @@ async def generate_async(n: int, seed: int, *, heldout: bool = False, progress: 
     rng, slip_rng = random.Random(f"mcprl-families:{seed}:{split}"), random.Random(f"mcprl-families-slips:{seed}:{split}")
     world, days = build_world(heldout), MarketData().days
     no_demo, out, seen = frozenset(no_demo_families), RuleOutput(), set[str]()
-    order = family_cycle(random.Random(f"mcprl-families-order:{seed}:{split}"))
-    async with ToolManager(default_servers_config()) as tm:
-        tools = tm.tools()
-        with Progress(disable=not progress, transient=True) as bar:
-            job = bar.add_task(f"generating {n} {split} tasks", total=n)
-            while len(out.samples) < n:
-                family, episode = next(order), new_episode()
-                for _ in range(DISTINCT_TRIES):  # the same family again: a round covers every family
-                    task = draw(rng, family, world, split, no_demo, days)
-                    key = f"{family}|{task.info['phrasing']}|{sorted(task.slots.values.items())}"
-                    if key in seen:
-                        continue
-                    try:
-                        calls, data, raw = await execute_plan(tm, task.draft, episode)
-                        slips = await name_lookups(tm, task, calls, episode)
-                        break
-                    except GenerationError:
-                        continue  # e.g. no P/E for a loss maker: draw again
-                else:
-                    raise GenerationError(f"{family}: no new plan in {DISTINCT_TRIES} draws")
-                seen.add(key)
-                if slip_rng.random() < recovery:
-                    extra = await recovery_slip(tm, task, calls, world.tickers, slip_rng, episode)
-                    slips += [extra] if extra else []
-                sample, expert = build_task(len(out.samples), task.draft, calls, data, raw, tools, split=split, seed=seed,
-                                            style=style, slips=tuple(sorted(slips, key=lambda s: s.before)),
-                                            source="families", info=task.info)
-                out.samples.append(sample)
-                if task.has_demo:
-                    out.experts.append(expert)
-                bar.advance(job)
+    order, tools = family_cycle(random.Random(f"mcprl-families-order:{seed}:{split}")), tm.tools()
+    with Progress(disable=not progress, transient=True) as bar:
+        job = bar.add_task(f"generating {n} {split} tasks", total=n)
+        while len(out.samples) < n:
+            family, episode = next(order), new_episode()
+            for _ in range(DISTINCT_TRIES):  # the same family again: a round covers every family
+                task = draw(rng, family, world, split, no_demo, days)
+                key = f"{family}|{task.info['phrasing']}|{sorted(task.slots.values.items())}"
+                if key in seen:
+                    continue
+                try:
+                    calls, data, raw = await execute_plan(tm, task.draft, episode)
+                    slips = await name_lookups(tm, task, calls, episode)
+                    break
+                except GenerationError:
+                    continue  # e.g. no P/E for a loss maker: draw again
+            else:
+                raise GenerationError(f"{family}: no new plan in {DISTINCT_TRIES} draws")
+            seen.add(key)
+            if slip_rng.random() < recovery:
+                extra = await recovery_slip(tm, task, calls, world.tickers, slip_rng, episode)
+                slips += [extra] if extra else []
+            sample, expert = build_task(len(out.samples), task.draft, calls, data, raw, tools, split=split, seed=seed,
+                                        style=style, slips=tuple(sorted(slips, key=lambda s: s.before)),
+                                        source="families", info=task.info)
+            out.samples.append(sample)
+            if task.has_demo:
+                out.experts.append(expert)
+            bar.advance(job)
     return out
 
 
 def generate(n: int, seed: int, **kwargs: Any) -> RuleOutput:
     """`n` verified tasks; the demos of those that have one (train split, demo phrasings, demo families)."""
-    return asyncio.run(generate_async(n, seed, **kwargs))
+    return on_offline_servers(lambda tm: generate_async(tm, n, seed, **kwargs))
 
 
 def generate_splits(n_train: int, n_heldout: int, seed: int, *, recovery: float = 0.25,
                     no_demo_families: tuple[str, ...] = ()) -> tuple[RuleOutput, RuleOutput]:
-    async def both() -> list[RuleOutput]:
+    async def both(tm: ToolManager) -> list[RuleOutput]:
         return await asyncio.gather(
-            generate_async(n_train, seed, progress=False, recovery=recovery, no_demo_families=no_demo_families),
-            generate_async(n_heldout, seed, heldout=True, progress=False, no_demo_families=no_demo_families))
+            generate_async(tm, n_train, seed, progress=False, recovery=recovery, no_demo_families=no_demo_families),
+            generate_async(tm, n_heldout, seed, heldout=True, progress=False, no_demo_families=no_demo_families))
 
-    train, heldout = asyncio.run(both())
+    train, heldout = on_offline_servers(both)
     return train, heldout

@@ -10,13 +10,13 @@ them as it reads rule tasks.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from mcprl.data.execute import on_offline_servers
 from mcprl.data.families import path_value
 from mcprl.data.rules import TICKER_KEYS, GenerationError, printed_number
 from mcprl.data.sample import SkyRLSample, write_samples
@@ -25,7 +25,6 @@ from mcprl.errors import McprlError
 from mcprl.protocol.prompt import system_prompt
 from mcprl.rewards.answers import answer_matches
 from mcprl.servers.slack import ADMIN_TOOLS
-from mcprl.tools.config import default_servers_config
 from mcprl.tools.manager import ToolInfo, ToolManager
 
 SPEC_PATH = Path("data/heldout/natural.yaml")
@@ -198,12 +197,9 @@ async def build_async(spec: list[dict[str, Any]], tm: ToolManager) -> list[SkyRL
 
 
 def build(spec_path: str | Path = SPEC_PATH) -> list[SkyRLSample]:
-    """The samples of a spec file, on freshly started offline servers."""
-    async def run() -> list[SkyRLSample]:
-        async with ToolManager(default_servers_config()) as tm:
-            return await build_async(load_spec(spec_path), tm)
-
-    return asyncio.run(run())
+    """The samples of a spec file, on this process's offline servers."""
+    spec = load_spec(spec_path)
+    return on_offline_servers(lambda tm: build_async(spec, tm))
 
 
 def write(samples: list[SkyRLSample], out_path: str | Path = OUT_PATH) -> Path:

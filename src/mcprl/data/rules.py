@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from rich.progress import Progress
 
+from mcprl.data.execute import on_offline_servers
 from mcprl.data.sample import SkyRLSample
 from mcprl.episode import new_episode
 from mcprl.errors import McprlError
@@ -30,7 +31,6 @@ from mcprl.protocol.parsing import format_answer, format_tool_call
 from mcprl.protocol.prompt import system_prompt, tool_response
 from mcprl.servers.offline.market import MarketData
 from mcprl.servers.slack import ADMIN_TOOLS
-from mcprl.tools.config import default_servers_config
 from mcprl.tools.manager import ToolInfo, ToolManager
 
 COMPLEXITY_WEIGHTS = {"simple": 0.4, "medium": 0.35, "complex": 0.25}
@@ -430,7 +430,7 @@ def build_task(index: int, draft: Draft, calls: list[dict[str, Any]], data: Resu
     return sample, {"task_id": task_id, "messages": messages}
 
 
-async def generate_async(n: int, seed: int, *, style: str = "hermes", heldout: bool = False,
+async def generate_async(tm: ToolManager, n: int, seed: int, *, style: str = "hermes", heldout: bool = False,
                          progress: bool = True, recovery: float = 0.0) -> RuleOutput:
     if not 0.0 <= recovery <= 1.0:
         raise ValueError(f"recovery must be in [0, 1] (a share of the demos), got {recovery}")
@@ -438,20 +438,18 @@ async def generate_async(n: int, seed: int, *, style: str = "hermes", heldout: b
     rng = random.Random(f"mcprl-rules:{seed}:{split}")
     slips = random.Random(f"mcprl-rules-recovery:{seed}:{split}")  # its own stream: the tasks do not depend on it
     world = build_world(heldout)
-    out, seen = RuleOutput(), set[str]()
-    async with ToolManager(default_servers_config()) as tm:
-        tools = tm.tools()
-        with Progress(disable=not progress, transient=True) as bar:
-            job = bar.add_task(f"generating {n} {split} tasks", total=n)
-            while len(out.samples) < n:
-                draft, episode = draw_distinct(rng, world, seen), new_episode()  # each task runs as its own episode, as in training
-                calls, data, raw = await execute_plan(tm, draft, episode)
-                slip = await _slip(tm, calls, world.tickers, slips, episode) if slips.random() < recovery else None
-                sample, expert = build_task(len(out.samples), draft, calls, data, raw, tools, split=split, seed=seed,
-                                            style=style, slips=(slip,) if slip else ())
-                out.samples.append(sample)
-                out.experts.append(expert)
-                bar.advance(job)
+    out, seen, tools = RuleOutput(), set[str](), tm.tools()
+    with Progress(disable=not progress, transient=True) as bar:
+        job = bar.add_task(f"generating {n} {split} tasks", total=n)
+        while len(out.samples) < n:
+            draft, episode = draw_distinct(rng, world, seen), new_episode()  # each task runs as its own episode, as in training
+            calls, data, raw = await execute_plan(tm, draft, episode)
+            slip = await _slip(tm, calls, world.tickers, slips, episode) if slips.random() < recovery else None
+            sample, expert = build_task(len(out.samples), draft, calls, data, raw, tools, split=split, seed=seed,
+                                        style=style, slips=(slip,) if slip else ())
+            out.samples.append(sample)
+            out.experts.append(expert)
+            bar.advance(job)
     return out
 
 
@@ -459,14 +457,15 @@ def generate(n: int, seed: int, *, style: str = "hermes", heldout: bool = False,
              recovery: float = 0.0) -> RuleOutput:
     """`n` verified tasks (and their expert trajectories) from the rule templates; `recovery` of the
     demos first make a slip and recover from it."""
-    return asyncio.run(generate_async(n, seed, style=style, heldout=heldout, progress=progress, recovery=recovery))
+    return on_offline_servers(lambda tm: generate_async(tm, n, seed, style=style, heldout=heldout, progress=progress,
+                                                        recovery=recovery))
 
 
 def generate_splits(n_train: int, n_heldout: int, seed: int, *, recovery: float = 0.0) -> tuple[RuleOutput, RuleOutput]:
-    """Training and held-out tasks at once: each split keeps its own servers, and their start-ups overlap."""
-    async def both() -> list[RuleOutput]:
-        return await asyncio.gather(generate_async(n_train, seed, progress=False, recovery=recovery),
-                                    generate_async(n_heldout, seed, heldout=True, progress=False))
+    """Training and held-out tasks at once, on the same servers."""
+    async def both(tm: ToolManager) -> list[RuleOutput]:
+        return await asyncio.gather(generate_async(tm, n_train, seed, progress=False, recovery=recovery),
+                                    generate_async(tm, n_heldout, seed, heldout=True, progress=False))
 
-    train, heldout = asyncio.run(both())
+    train, heldout = on_offline_servers(both)
     return train, heldout

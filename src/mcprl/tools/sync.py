@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import atexit
 import threading
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mcprl.aio import LoopThread
 from mcprl.tools.config import ServersConfig, load_servers_config
 from mcprl.tools.manager import Mode, ToolInfo, ToolManager
+
+T = TypeVar("T")
 
 
 class SyncToolManager:
@@ -35,6 +38,10 @@ class SyncToolManager:
                      timeout: float | None = None, *, episode: str | None = None,
                      fault: str | None = None) -> dict[str, Any]:
         return self._loop.run(self.manager.execute_tool(tool_name, arguments, timeout, episode=episode, fault=fault))
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine that uses `self.manager` on the loop that owns its sessions."""
+        return self._loop.run(coro)
 
     def close(self) -> None:
         self._loop.run(self.manager.close())
