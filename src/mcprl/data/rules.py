@@ -1,7 +1,7 @@
 """Rule-based task generator: templates over all five servers at three complexities.
 
 Every task is a plan of tool calls whose later arguments are computed from earlier results. The plan
-is executed against freshly started offline servers, and the ground truth (concrete tool sequence,
+is executed against the offline servers (each task its own episode), and the ground truth (concrete tool sequence,
 final answer) comes from that execution, so every task is provably solvable. The same run writes
 the expert trajectory (the full correct conversation in the env's format) for a supervised warm start.
 
