@@ -15,16 +15,18 @@ import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
-from peft import PeftModel, set_peft_model_state_dict
 from safetensors.torch import load_file
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mcprl.errors import McprlError
-from mcprl.training.sft import WeightAverage
+
+if TYPE_CHECKING:  # peft and transformers load where weights do: `--resume-from` on a wrong path fails at once
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from mcprl.training.sft import WeightAverage
 
 STATE_FILE = "trainer_state.json"
 WARM_START = "step_grpo_0"  # the SFT result: never pruned, so GRPO can be re-run from it
@@ -157,6 +159,8 @@ def checked_checkpoint(path: Path) -> Path:
 
 def load_weights(path: Path, model: PreTrainedModel) -> None:
     """Load a checkpoint's weights into `model` in place (adapter into a PEFT model, else full weights)."""
+    from peft import PeftModel, set_peft_model_state_dict
+
     weights = Path(path) / "model"
     if isinstance(model, PeftModel):
         set_peft_model_state_dict(model, _read(weights / "adapter_model.safetensors", _load_tensors))
