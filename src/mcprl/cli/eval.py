@@ -12,11 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from mcprl.cli.errors import fail
-from mcprl.eval.compare import compare_dirs
 from mcprl.eval.errors import EvalError
-from mcprl.eval.report import build_report
-from mcprl.eval.results import write_eval_outputs
-from mcprl.eval.trajectory import load_trajectories
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run and analyse evaluations.")
 
@@ -38,6 +34,8 @@ def compare(
 
     Example: mcprl eval compare runs/quickstart/eval_base runs/quickstart/eval_grpo
     """
+    from mcprl.eval.compare import compare_dirs
+
     with _one_line_errors():
         compare_dirs(dir_a, dir_b)
 
@@ -60,6 +58,9 @@ def summarize(
 
     Example: mcprl eval summarize runs/quickstart/eval_grpo --reference runs/quickstart/eval_base
     """
+    from mcprl.eval.results import write_eval_outputs
+    from mcprl.eval.trajectory import load_trajectories
+
     out_dir = eval_dir.parent if eval_dir.is_file() else eval_dir
     with _one_line_errors():
         write_eval_outputs(
@@ -80,6 +81,8 @@ def report_command(
 
     Example: mcprl report runs/quickstart --open
     """
+    from mcprl.eval.report import build_report
+
     with _one_line_errors():
         paths = build_report(run_dir)
     if open_browser:

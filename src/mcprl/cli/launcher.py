@@ -20,7 +20,6 @@ from rich.table import Table
 from mcprl.cli.errors import fail
 from mcprl.errors import ConfigError, McprlError
 from mcprl.tools.config import OUR_SERVERS, ServersConfig, default_servers_config, load_servers_config
-from mcprl.tools.manager import ToolManager
 
 console = Console()
 BASE_PORT = 7001
@@ -139,6 +138,8 @@ def up(
 
 async def check_servers(config: ServersConfig, timeout: float = 20.0) -> list[CheckRow]:
     """initialize + list_tools on every server, then one happy-path call where we know one."""
+    from mcprl.tools.manager import ToolManager  # the MCP SDK loads once a command talks to a server
+
     rows: list[CheckRow] = []
     tm = ToolManager(config)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
@@ -13,7 +13,9 @@ from rich.table import Table
 
 from mcprl.cli.errors import fail
 from mcprl.errors import ConfigError
-from mcprl.tools.manager import ToolManager
+
+if TYPE_CHECKING:  # the MCP SDK loads once a command talks to a server, not for `mcprl --help`
+    from mcprl.tools.manager import ToolManager
 
 app = typer.Typer(no_args_is_help=True, help="List and call tools of MCP servers.")
 console = Console()
@@ -21,6 +23,8 @@ ConfigOpt = typer.Option(None, "--servers-config", "-c", help="Servers YAML; def
 
 
 def _manager(config: Optional[Path]) -> ToolManager:
+    from mcprl.tools.manager import ToolManager
+
     try:
         return ToolManager(config)
     except ConfigError as e:

@@ -25,10 +25,9 @@ import tempfile
 import weakref
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
-import openai
 
 from mcprl.aio import shared_loop
 from mcprl.errors import McprlError
@@ -46,6 +45,9 @@ from mcprl.rewards.heuristic import (
     settle,
     shaping_components,
 )
+
+if TYPE_CHECKING:
+    import openai
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +331,10 @@ _clients = weakref.WeakKeyDictionary()
 
 
 def _client(config: JudgeConfig) -> openai.AsyncOpenAI:
-    """One client per event loop and endpoint: its connection pool is bound to the loop."""
+    """One client per event loop and endpoint: its connection pool is bound to the loop (openai loads here, where
+    a judge first scores: the config and the CLI import this module)."""
+    import openai
+
     per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
     api_key = os.environ.get(config.api_key_env) or "EMPTY"
     key = (config.endpoint, config.api_key_env, api_key, config.timeout, config.max_retries)
