@@ -3,13 +3,15 @@ from the position the run has reached."""
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from mcprl.data.sample import SkyRLSample
 from mcprl.errors import ConfigError
-from mcprl.training.loop.hooks import GRPOHook
 from mcprl.training.ordering import prompt_stream
-from mcprl.training.run import Run
+
+if TYPE_CHECKING:  # the run (torch, the model) only as a type: the prompt stream is plain data
+    from mcprl.training.loop.hooks import GRPOHook
+    from mcprl.training.run import Run
 
 
 def grpo_prompts(run: Run, hooks: Sequence[GRPOHook] = ()) -> Iterator[SkyRLSample]:
