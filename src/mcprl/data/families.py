@@ -419,13 +419,18 @@ async def recovery_slip(tm: ToolManager, task: FamilyTask, calls: list[dict[str,
     return None
 
 
-async def generate_async(tm: ToolManager, n: int, seed: int, *, heldout: bool = False, progress: bool = True,
-                         recovery: float = 0.25, no_demo_families: tuple[str, ...] = (), style: str = "hermes") -> RuleOutput:
+def check_settings(recovery: float, no_demo_families: tuple[str, ...]) -> None:
+    """Bad settings fail before any server starts."""
     unknown = sorted(set(no_demo_families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown families in no_demo_families: {', '.join(unknown)}; known: {', '.join(sorted(FAMILIES))}")
     if not 0.0 <= recovery <= 1.0:
         raise ValueError(f"recovery must be in [0, 1] (a share of the demos), got {recovery}")
+
+
+async def generate_async(tm: ToolManager, n: int, seed: int, *, heldout: bool = False, progress: bool = True,
+                         recovery: float = 0.25, no_demo_families: tuple[str, ...] = (), style: str = "hermes") -> RuleOutput:
+    check_settings(recovery, no_demo_families)
     split = "heldout" if heldout else "train"
     rng, slip_rng = random.Random(f"mcprl-families:{seed}:{split}"), random.Random(f"mcprl-families-slips:{seed}:{split}")
     world, days = build_world(heldout), MarketData().days
@@ -469,6 +474,8 @@ def generate(n: int, seed: int, **kwargs: Any) -> RuleOutput:
 
 def generate_splits(n_train: int, n_heldout: int, seed: int, *, recovery: float = 0.25,
                     no_demo_families: tuple[str, ...] = ()) -> tuple[RuleOutput, RuleOutput]:
+    check_settings(recovery, no_demo_families)
+
     async def both(tm: ToolManager) -> list[RuleOutput]:
         return await asyncio.gather(
             generate_async(tm, n_train, seed, progress=False, recovery=recovery, no_demo_families=no_demo_families),

@@ -430,10 +430,15 @@ def build_task(index: int, draft: Draft, calls: list[dict[str, Any]], data: Resu
     return sample, {"task_id": task_id, "messages": messages}
 
 
-async def generate_async(tm: ToolManager, n: int, seed: int, *, style: str = "hermes", heldout: bool = False,
-                         progress: bool = True, recovery: float = 0.0) -> RuleOutput:
+def check_recovery(recovery: float) -> None:
+    """A bad share fails before any server starts."""
     if not 0.0 <= recovery <= 1.0:
         raise ValueError(f"recovery must be in [0, 1] (a share of the demos), got {recovery}")
+
+
+async def generate_async(tm: ToolManager, n: int, seed: int, *, style: str = "hermes", heldout: bool = False,
+                         progress: bool = True, recovery: float = 0.0) -> RuleOutput:
+    check_recovery(recovery)
     split = "heldout" if heldout else "train"
     rng = random.Random(f"mcprl-rules:{seed}:{split}")
     slips = random.Random(f"mcprl-rules-recovery:{seed}:{split}")  # its own stream: the tasks do not depend on it
@@ -457,12 +462,15 @@ def generate(n: int, seed: int, *, style: str = "hermes", heldout: bool = False,
              recovery: float = 0.0) -> RuleOutput:
     """`n` verified tasks (and their expert trajectories) from the rule templates; `recovery` of the
     demos first make a slip and recover from it."""
+    check_recovery(recovery)
     return on_offline_servers(lambda tm: generate_async(tm, n, seed, style=style, heldout=heldout, progress=progress,
                                                         recovery=recovery))
 
 
 def generate_splits(n_train: int, n_heldout: int, seed: int, *, recovery: float = 0.0) -> tuple[RuleOutput, RuleOutput]:
     """Training and held-out tasks at once, on the same servers."""
+    check_recovery(recovery)
+
     async def both(tm: ToolManager) -> list[RuleOutput]:
         return await asyncio.gather(generate_async(tm, n_train, seed, progress=False, recovery=recovery),
                                     generate_async(tm, n_heldout, seed, heldout=True, progress=False))
