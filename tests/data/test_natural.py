@@ -28,8 +28,7 @@ MIN_TASKS = 48
 @pytest.fixture(scope="module")
 def live():
     """The process's offline servers (the generators' and envs'): each start costs seconds."""
-    servers = shared_tool_manager(default_servers_config())
-    return servers.run, servers.manager
+    return shared_tool_manager(default_servers_config())
 
 
 @pytest.fixture(scope="module")
@@ -39,19 +38,16 @@ def spec():
 
 @pytest.fixture(scope="module")
 def fresh(spec, live):
-    run, tm = live
-    return run(build_async(spec, tm))
+    return live.run(build_async(spec, live.manager), timeout=300)
 
 
 @pytest.fixture(scope="module")
 def results(spec, live):
     """Each task's executed results (the `data` of every step), by id."""
-    run, tm = live
-
     async def run_all():
-        return {task["id"]: await execute(task, tm) for task in spec}
+        return {task["id"]: await execute(task, live.manager) for task in spec}
 
-    return run(run_all())
+    return live.run(run_all(), timeout=300)
 
 
 def dump(samples):
@@ -142,7 +138,7 @@ def test_styles_name_the_company_as_they_say(fresh):
 
 def test_no_question_names_a_tool_or_a_data_server(live, fresh):
     """"python" and "slack" are ordinary words here ("post in Slack"); the vendors' names are not."""
-    _, tm = live
+    tm = live.manager
     words = {t.tool for t in tm.tools()} | {"polygon", "fmp", "tavily", "run_python"}
     pattern = re.compile(rf"\b({'|'.join(map(re.escape, sorted(words)))})\b", re.IGNORECASE)
     for s in fresh:
@@ -193,21 +189,21 @@ def test_a_day_asked_for_is_the_day_looked_up(spec):
 
 
 def test_a_broken_task_fails_the_build_naming_it(spec, live):
-    run, tm = live
+    tm = live.manager
     task = next(t for t in spec if t["answer"] and t["answer"].get("path") == "price")
     typo = {**task, "id": "natural-typo", "answer": {"step": 1, "path": "prise"}}
     with pytest.raises(NaturalTaskError, match="natural-typo.*prise"):
-        run(build_async([typo], tm))
+        live.run(build_async([typo], tm), timeout=60)
     weekend = {**task, "id": "natural-weekend",
                "plan": [{"server": "polygon", "tool": "get_daily_bars",
                          "params": {"ticker": "NVDA", "start_date": "2025-03-08", "end_date": "2025-03-08"}}],
                "answer": {"step": 1, "path": "bars.0.close"}}
     with pytest.raises(NaturalTaskError, match="natural-weekend"):  # no bar on a Saturday
-        run(build_async([weekend], tm))
+        live.run(build_async([weekend], tm), timeout=60)
     unknown = {**task, "id": "natural-unknown",
                "plan": [{"server": "polygon", "tool": "get_last_quote", "params": {"ticker": "NVIDIA"}}]}
     with pytest.raises(NaturalTaskError, match="natural-unknown.*unknown ticker"):
-        run(build_async([unknown], tm))
+        live.run(build_async([unknown], tm), timeout=60)
     with pytest.raises(NaturalTaskError, match="highest"):
         answer_of({"id": "natural-cmp", "plan": [{"params": {"symbol": "GE"}}, {"params": {"symbol": "LIN"}}],
                    "answer": {"value": "LIN", "highest": [{"step": 1, "path": "pe"}, {"step": 2, "path": "pe"}]}},

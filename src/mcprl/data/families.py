@@ -35,7 +35,7 @@ from rich.progress import Progress
 
 from mcprl.data.execute import on_offline_servers
 from mcprl.data.rules import (DISTINCT_TRIES, POST_CHANNELS, TICKER_KEYS, Draft, GenerationError, Results, RuleOutput, Slip, Step, World,
-                              alert_date, alert_of, build_task, build_world, execute_plan, fixed, misspell, pct_code,
+                              alert_date, alert_of, build_task, build_world, check_recovery, execute_plan, fixed, misspell, pct_code,
                               printed_number, required_field, two_statements, article_gross_margin)
 from mcprl.episode import new_episode
 from mcprl.servers.offline.companies import SHORT_NAMES
@@ -424,8 +424,7 @@ def check_settings(recovery: float, no_demo_families: tuple[str, ...]) -> None:
     unknown = sorted(set(no_demo_families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown families in no_demo_families: {', '.join(unknown)}; known: {', '.join(sorted(FAMILIES))}")
-    if not 0.0 <= recovery <= 1.0:
-        raise ValueError(f"recovery must be in [0, 1] (a share of the demos), got {recovery}")
+    check_recovery(recovery)
 
 
 async def generate_async(tm: ToolManager, n: int, seed: int, *, heldout: bool = False, progress: bool = True,

@@ -39,9 +39,9 @@ class SyncToolManager:
                      fault: str | None = None) -> dict[str, Any]:
         return self._loop.run(self.manager.execute_tool(tool_name, arguments, timeout, episode=episode, fault=fault))
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run a coroutine that uses `self.manager` on the loop that owns its sessions."""
-        return self._loop.run(coro)
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run a coroutine that uses `self.manager` on the loop that owns its sessions (TimeoutError after `timeout` s)."""
+        return self._loop.run(coro, timeout)
 
     def close(self) -> None:
         self._loop.run(self.manager.close())
