@@ -101,8 +101,8 @@ def resume_cli(run_dir: Path, data: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("damage", ["state", *(pytest.param(d, marks=pytest.mark.slow) for d in ("pointer", "weights"))])
 def test_resuming_from_a_corrupt_checkpoint_prints_one_line_naming_the_file(tmp_path, tokenizer, damage):
-    """The state file and the pointer fail before the model loads, the weights once they are read; each CLI run
-    costs its imports (~15 s), so only the first is in `make test`."""
+    """The state file and the pointer fail before the trainer's imports (a CLI run of ~4 s), the weights once
+    they are read (~15 s: the trainer and the model load); the first is in `make test`."""
     run_dir = tmp_path / "run"
     path, _ = tiny_checkpoint(run_dir, tokenizer, 1)
     if damage == "state":

@@ -19,9 +19,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.utils import logging as hf_logging
+
+if TYPE_CHECKING:  # transformers loads in its functions: the constants and paths here stay cheap to import
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mcprl.errors import McprlError
 from mcprl.models.devices import pick_device, pick_dtype
@@ -126,6 +129,8 @@ def configure_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokeniz
 
 def _convert(gguf: Path, target: Path) -> None:
     """GGUF -> safetensors directory, written into a temp dir and renamed into place atomically."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # transformers attaches a GGUF quantizer even though the weights are dequantized fp32; it blocks saving.
@@ -216,6 +221,8 @@ def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 def load_tokenizer(name: str | Path = DEFAULT_MODEL) -> PreTrainedTokenizerBase:
     """The generation-ready tokenizer of a model name (alias, HF id in cache, dir) alone."""
+    from transformers import AutoTokenizer
+
     return configure_tokenizer(AutoTokenizer.from_pretrained(resolve_model(str(name)), local_files_only=True))
 
 
@@ -225,6 +232,9 @@ def load_model(
     """Load model and tokenizer. `dtype="auto"` is bf16 where the device has fast bf16, else fp32;
     a trainer keeping fp32 master weights passes `dtype="float32"`."""
     path = resolve_model(name)
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
     hf_logging.disable_progress_bar()  # a 135M model loads in a second; the bar only clutters run logs
     torch_device = pick_device() if device == "auto" else torch.device(device)
     torch_dtype = _resolve_dtype(dtype, torch_device)

@@ -9,9 +9,10 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from mcprl._skyrl import GeneratorConfig, SkyRLGymConfig, SkyRLGymGenerator, get_vllm_sampling_params
+from mcprl._skyrl import GeneratorConfig, SkyRLGymGenerator, get_vllm_sampling_params
 from mcprl._skyrl import SamplingParams as SkyRLSamplingParams
 from mcprl.inference.engine import BatchingEngine, SamplingParams, UnsupportedSampling
+from mcprl.training.skyrl_gym_config import MCPSkyRLGymConfig
 
 
 class MCPGenerator(SkyRLGymGenerator):
@@ -28,15 +29,6 @@ class MCPGenerator(SkyRLGymGenerator):
         if self.on_episode is not None:
             self.on_episode()
         return output
-
-
-@dataclass
-class MCPSkyRLGymConfig(SkyRLGymConfig):
-    """SkyRL hands `getattr(skyrl_gym, env_class)` to the env as env_config and rejects unknown
-    fields, so our env gets a field of its own name (EnvConfig's keys, checked by EnvConfig)."""
-
-    mcp_tool_env: dict = field(default_factory=dict)
-    openenv_env: dict = field(default_factory=dict)
 
 
 def make_generator(

@@ -28,7 +28,7 @@ from mcprl.envs import ENV_ID, OPENENV_ID
 from mcprl.envs.config import EnvConfig
 from mcprl.errors import ConfigError
 from mcprl.training.config import CRITIC_ESTIMATORS, TrainConfig, env_config, openenv_env_config, resolve_wandb_mode
-from mcprl.training.generator import MCPSkyRLGymConfig
+from mcprl.training.skyrl_gym_config import MCPSkyRLGymConfig
 
 _SCHEDULERS = {"constant": "constant_with_warmup", "cosine": "cosine"}
 _PLAIN = re.compile(r"[A-Za-z/][\w./@:+\-]*")

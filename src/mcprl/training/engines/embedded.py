@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mcprl.training.config import TrainConfig, describe, resolve_rollout_backend
 from mcprl.training.engines.base import RunRequest, critic_lines
 
@@ -14,11 +16,12 @@ class EmbeddedEngine:
 
     def run(self, cfg: TrainConfig, request: RunRequest) -> None:
         resolve_rollout_backend(cfg)  # an impossible backend fails before any model loads
-        resume_from = request.resume_from
-        if resume_from is not None:
-            from mcprl.training.checkpoint import checked_checkpoint
+        from mcprl.training.checkpoint import checked_checkpoint, latest_checkpoint, read_state
 
-            resume_from = checked_checkpoint(resume_from)
+        resume_from = None if request.resume_from is None else checked_checkpoint(request.resume_from)
+        checkpoint = resume_from or (latest_checkpoint(Path(cfg.run.output_dir)) if request.resume else None)
+        if checkpoint is not None:
+            read_state(checkpoint)  # a broken checkpoint fails in seconds, before the trainer's imports (~5 s)
         from mcprl.training.trainer import train
 
         train(cfg, resume=request.resume, resume_from=resume_from, sft_only=request.sft_only)
