@@ -26,7 +26,7 @@ from tests.support.threads import TORCH_THREADS
 # batches were half this test's time (the filter's loop: test_dynamic_sampling.py; the update: test_grpo.py).
 SMOKE = ["data.generate.n_train=8", "data.generate.n_eval=1", "sft.max_steps=3", "sft.batch_size=1",
          "sft.save_every=2", "sft.warmup_steps=1", "sft.max_seconds=null", "sft.max_seq_len=512", "algo.steps=2",
-         "algo.prompts_per_step=2", "algo.group_size=2", "algo.micro_batch_size=4", "algo.save_every=1",
+         "algo.prompts_per_step=2", "algo.group_size=2", "algo.micro_batch_size=4", "algo.save_every=0",
          "algo.dynamic_sampling.max_sample_batches=1",
          "rollout.max_new_tokens=24", "rollout.max_turns=2", "eval.max_tasks=1", "logging.wandb.enabled=false",
          "logging.console_every=0", f"model.threads={TORCH_THREADS}"]
