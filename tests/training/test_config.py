@@ -310,6 +310,25 @@ def test_cli_resume_from_takes_a_checkpoint_dir_and_refuses_anything_else(monkey
     assert calls == [{"resume": False, "resume_from": tmp_path, "sft_only": False}]
 
 
+def test_cli_resume_reads_the_checkpoint_before_the_trainer_loads(monkeypatch, tmp_path):
+    """A broken checkpoint fails in seconds: its state is read before the trainer (transformers, the model) is
+    imported, so the trainer below is never reached (the CLI's one line: test_chaos.py)."""
+    from mcprl.training.checkpoint import CheckpointError
+
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_sft_2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text('{"phase": "sf')
+    (checkpoint.parent / "latest").write_text("step_sft_2")
+    trainer = types.ModuleType("mcprl.training.trainer")
+    trainer.train = lambda cfg, **kwargs: pytest.fail("the trainer ran before the checkpoint was read")
+    monkeypatch.setitem(sys.modules, "mcprl.training.trainer", trainer)
+    monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(False))
+    result = CliRunner().invoke(train_app(), ["train", "-c", str(QUICKSTART), "--resume",
+                                              "-o", f"run.output_dir={tmp_path / 'run'}"])
+    assert isinstance(result.exception, CheckpointError), result.output
+    assert str(result.exception).startswith(f"checkpoint file {checkpoint / 'trainer_state.json'} is unreadable")
+
+
 def test_cli_embedded_engine_refuses_an_impossible_backend_before_training(monkeypatch):
     monkeypatch.setitem(sys.modules, "mcprl.training.trainer", types.ModuleType("mcprl.training.trainer"))
     monkeypatch.setattr(config_module.importlib.util, "find_spec", _fake_find_spec(False))

@@ -18,7 +18,6 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import torch

@@ -4,7 +4,7 @@ place rollouts and evals are built, in the embedded trainer and under SkyRL's tr
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
