@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:  # transformers loads in its functions: the constants and paths here stay cheap to import
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
 from mcprl.errors import McprlError
 from mcprl.models.devices import pick_device, pick_dtype
+
+if TYPE_CHECKING:  # transformers loads in its functions: the constants and paths here stay cheap to import
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 DEFAULT_MODEL = "smollm2-135m"
 CONVERTED_NAME = "SmolLM2-135M-Instruct"
