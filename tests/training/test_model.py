@@ -177,4 +177,3 @@ def test_the_loading_module_imports_no_transformers_until_a_model_loads():
     code = "import sys, mcprl.models.loading; print('transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "False"
-
