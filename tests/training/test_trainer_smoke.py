@@ -25,10 +25,10 @@ from tests.support.threads import TORCH_THREADS
 # One rollout batch a GRPO step: three SFT steps of one demo leave groups that mostly tie, and the filter's two extra
 # batches were half this test's time (the filter's loop: test_dynamic_sampling.py; the update: test_grpo.py).
 SMOKE = ["data.generate.n_train=8", "data.generate.n_eval=1", "sft.max_steps=3", "sft.batch_size=1",
-         "sft.save_every=2", "sft.warmup_steps=1", "sft.max_seconds=null", "sft.max_seq_len=512", "algo.steps=2",
+         "sft.save_every=0", "sft.warmup_steps=1", "sft.max_seconds=null", "sft.max_seq_len=512", "algo.steps=2",
          "algo.prompts_per_step=2", "algo.group_size=2", "algo.micro_batch_size=4", "algo.save_every=0",
          "algo.dynamic_sampling.max_sample_batches=1",
-         "rollout.max_new_tokens=24", "rollout.max_turns=2", "eval.max_tasks=1", "logging.wandb.enabled=false",
+         "rollout.max_new_tokens=12", "rollout.max_turns=2", "eval.max_tasks=1", "logging.wandb.enabled=false",
          "logging.console_every=0", f"model.threads={TORCH_THREADS}"]
 
 
@@ -178,8 +178,8 @@ def test_sft_alone_at_equal_time_compares_with_the_run(trained):
 
 def test_a_crash_mid_sft_resumes_exactly(trained, monkeypatch):
     # Crash after SFT step 3, the last, whose checkpoint does not exist (the last one is step 2), then resume.
-    crashed = config(trained.tmp_path, "crashed", f"finetune.mode={trained.mode}", "eval.before=false",
-                     "eval.after_sft=false", "eval.after_grpo=false")
+    crashed = config(trained.tmp_path, "crashed", f"finetune.mode={trained.mode}", "sft.save_every=2",
+                     "eval.before=false", "eval.after_sft=false", "eval.after_grpo=false")
     resumed_summary = crash_then_resume(monkeypatch, crashed, "sft", 3, sft_only=True)
     assert Path(resumed_summary["final_checkpoint"]).name == "step_grpo_0"  # GRPO can start from it later
     resumed = {(r["phase"], r["step"]): r for r in rows(trained.tmp_path / "crashed")}
