@@ -7,9 +7,11 @@ is emulated and slower than fp32. One intra-op thread is the default because two
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import gc
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -68,6 +70,20 @@ def release_memory(headroom_gb: float = TRIM_HEADROOM_GB) -> bool:
         trim(0)
     _trimmed_at_gb = rss_gb()
     return True
+
+
+@contextlib.contextmanager
+def long_lived_heap() -> Iterator[None]:
+    """Keep what is alive now (modules, the model, the servers' data: ~580k objects) out of the collector's
+    scans until the block ends, so `release_memory`'s collection after each step walks only what the run
+    made since: 0.32 s a step otherwise, 13-19% of an SFT step on 2 cores (docs/benchmarks.md). Garbage
+    is collected first, so nothing dead is kept."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def rss_gb() -> float:

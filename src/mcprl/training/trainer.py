@@ -11,6 +11,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from mcprl.models.devices import long_lived_heap
 from mcprl.training.checkpoint import save_checkpoint
 from mcprl.training.config import TrainConfig
 from mcprl.training.critic import Critic
@@ -29,7 +30,14 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
         console.print("[yellow]fp32: this CPU has neither AMX nor AVX512-BF16, so steps take about twice as long as "
                       "in bf16 (docs/results.md gives the time per kind of machine)[/yellow]")
     run = open_run(start, policy)
-    state = run.state
+    with long_lived_heap():
+        summary = _phases(run, sft_only)
+    report(run.dir)
+    return summary
+
+
+def _phases(run: Run, sft_only: bool) -> dict[str, Any]:
+    cfg, state, policy = run.cfg, run.state, run.policy
     summary: dict[str, Any] = {}
     try:
         # base eval
@@ -60,7 +68,6 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
         run.callbacks.on_train_end(summary)
     finally:
         policy.engine.close()
-    report(run.dir)
     return summary
 
 
