@@ -26,7 +26,7 @@ trap cleanup EXIT
 if [ -n "${SLOWDOWN:-}" ]; then
     cpus=$(nproc)
     quota=$(awk -v k="$SLOWDOWN" -v n="$cpus" 'BEGIN { printf "%d", 100000 * n / k }')
-    if [ -w /sys/fs/cgroup/cgroup.subtree_control ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
+    if [ -w /sys/fs/cgroup/cgroup.subtree_control ] && grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control; then
         group=/sys/fs/cgroup/as_avx2_$$ && mkdir "$group" && echo "$quota 100000" > "$group/cpu.max"
     elif [ -d /sys/fs/cgroup/cpu ]; then
         group=/sys/fs/cgroup/cpu/as_avx2_$$ && mkdir "$group" && echo 100000 > "$group/cpu.cfs_period_us" \

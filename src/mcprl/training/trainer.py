@@ -37,6 +37,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, resume_from: Path | None = 
 
 
 def _phases(run: Run, sft_only: bool) -> dict[str, Any]:
+    """The stages in order; a resumed run skips those its state has done."""
     cfg, state, policy = run.cfg, run.state, run.policy
     summary: dict[str, Any] = {}
     try:
