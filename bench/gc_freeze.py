@@ -2,7 +2,7 @@
 alive at the start kept out of its scans (`long_lived_heap`, the trainer's default), side by side.
 
 `release_memory` runs `gc.collect()` after each step so that the heap trim finds freed memory; in the
-trainer's process the heap holds ~580k objects (modules, the model, the tokenizer, the in-process servers'
+trainer's process the heap holds ~600k objects (modules, the model, the tokenizer, the in-process servers'
 data), and a full collection walks them all every step. Each variant runs the quickstart's SFT (one demo a
 step, no evals) in its own process; the losses must come out identical.
 
