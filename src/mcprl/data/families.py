@@ -428,8 +428,7 @@ def check_settings(recovery: float, no_demo_families: tuple[str, ...]) -> None:
 
 
 async def generate_async(tm: ToolManager, n: int, seed: int, *, heldout: bool = False, progress: bool = True,
-                         recovery: float = 0.25, no_demo_families: tuple[str, ...] = (), style: str = "hermes",
-                         cite: bool = False) -> RuleOutput:
+                         recovery: float = 0.25, no_demo_families: tuple[str, ...] = (), style: str = "hermes") -> RuleOutput:
     check_settings(recovery, no_demo_families)
     split = "heldout" if heldout else "train"
     rng, slip_rng = random.Random(f"mcprl-families:{seed}:{split}"), random.Random(f"mcprl-families-slips:{seed}:{split}")
@@ -459,7 +458,7 @@ async def generate_async(tm: ToolManager, n: int, seed: int, *, heldout: bool = 
                 slips += [extra] if extra else []
             sample, expert = build_task(len(out.samples), task.draft, calls, data, raw, tools, split=split, seed=seed,
                                         style=style, slips=tuple(sorted(slips, key=lambda s: s.before)),
-                                        source="families", info=task.info, cite=cite)
+                                        source="families", info=task.info)
             out.samples.append(sample)
             if task.has_demo:
                 out.experts.append(expert)
@@ -473,13 +472,12 @@ def generate(n: int, seed: int, **kwargs: Any) -> RuleOutput:
 
 
 def generate_splits(n_train: int, n_heldout: int, seed: int, *, recovery: float = 0.25,
-                    no_demo_families: tuple[str, ...] = (), cite: bool = False) -> tuple[RuleOutput, RuleOutput]:
+                    no_demo_families: tuple[str, ...] = ()) -> tuple[RuleOutput, RuleOutput]:
     check_settings(recovery, no_demo_families)
 
     async def both(tm: ToolManager) -> list[RuleOutput]:
         return await asyncio.gather(
-            generate_async(tm, n_train, seed, progress=False, recovery=recovery, no_demo_families=no_demo_families,
-                           cite=cite),
+            generate_async(tm, n_train, seed, progress=False, recovery=recovery, no_demo_families=no_demo_families),
             generate_async(tm, n_heldout, seed, heldout=True, progress=False, no_demo_families=no_demo_families))
 
     train, heldout = on_offline_servers(both)

@@ -17,7 +17,6 @@ Deterministic for a seed: fresh servers, one task at a time, seeded choices only
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -394,10 +393,9 @@ async def _slip(tm: ToolManager, calls: list[dict[str, Any]], known: list[str], 
 
 def build_task(index: int, draft: Draft, calls: list[dict[str, Any]], data: Results, raw: list[dict[str, Any]],
                tools: list[ToolInfo], *, split: str, seed: int, style: str, slips: tuple[Slip, ...] = (),
-               source: str = "rules", info: dict[str, Any] | None = None, cite: bool = False) -> tuple[SkyRLSample, dict[str, Any]]:
+               source: str = "rules", info: dict[str, Any] | None = None) -> tuple[SkyRLSample, dict[str, Any]]:
     """The task row and its expert demo; `slips` are failed calls the demo makes and recovers from. A
-    weight-1 slip is part of the expected path and adds a turn; a masked one changes only the demo. With
-    `cite`, the demo's answer first quotes the result's `"key":value` it was read from (`citation`)."""
+    weight-1 slip is part of the expected path and adds a turn; a masked one changes only the demo."""
     servers = sorted({c["server"] for c in calls})
     allowed = [t for t in tools if t.server in servers and t.tool not in ADMIN_TOOLS]
     answer = draft.answer(data) if draft.answer else None
@@ -426,42 +424,10 @@ def build_task(index: int, draft: Draft, calls: list[dict[str, Any]], data: Resu
         messages.append({"role": "assistant", "content": format_tool_call(call["tool"], call["params"], style)})
         messages.append({"role": "user", "content": tool_response(result)})
     if answer is not None:
-        quote = citation(raw, answer) if cite else None
-        messages.append({"role": "assistant", "content": f"{quote}\n{format_answer(answer)}" if quote else format_answer(answer)})
+        messages.append({"role": "assistant", "content": format_answer(answer)})
     else:
         messages.pop()  # an action task ends with its last call (the env stops on success)
     return sample, {"task_id": task_id, "messages": messages}
-
-
-def citation(raw: list[dict[str, Any]], answer: Any) -> str | None:
-    """The `"key":value` the answer was read from, as the model saw it in a tool response (the latest result
-    first; a python step's stdout matches the number it printed). Naming the field before copying its value
-    splits the step a small model gets wrong (net_margin vs gross_margin, pe vs eps) into finding the key the
-    question asks for and copying what follows it. None when no field holds the answer (a computed post)."""
-    for result in reversed(raw):
-        for key, value in _leaves(result.get("data") if result.get("ok") else None):
-            if isinstance(value, bool) or isinstance(answer, bool):
-                continue
-            if value == answer or (isinstance(value, str) and (value.strip() == str(answer) or _same_number(value, answer))):
-                return f"{json.dumps(key)}:{json.dumps(value, ensure_ascii=False)}"
-    return None
-
-
-def _same_number(text: str, answer: Any) -> bool:
-    try:
-        return isinstance(answer, (int, float)) and float(text.strip()) == answer
-    except ValueError:
-        return False
-
-
-def _leaves(data: Any) -> Any:
-    """(key, value) of every scalar in a JSON value, in document order."""
-    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
-    for key, value in items:
-        if isinstance(value, (dict, list)):
-            yield from _leaves(value)
-        elif isinstance(key, str):
-            yield key, value
 
 
 def check_recovery(recovery: float) -> None:

@@ -102,8 +102,6 @@ class DataGenerateConfig:
                                "(the slip is masked out of the loss); the tasks stay the same.")
     no_demo_families: list[str] = opt(list(NO_DEMO_FAMILIES), "families: families whose training tasks get no SFT demos, so GRPO must "
                                            "learn them from reward alone (their held-out tasks measure it).")
-    cite: bool = opt(False, "families: each demo's answer first quotes the tool result's \"key\":value it was read "
-                            "from, so the model names the field before copying its value.")
 
 
 @dataclass
