@@ -286,7 +286,9 @@ def test_the_serve_commands_serve_as_written(monkeypatch: pytest.MonkeyPatch) ->
             continue
         if args[2] == "serve" and "--transport" not in args:  # stdio: what an MCP client launches
             command = _mcprl(args)
-            with connect(stdio_client(StdioServerParameters(command=command[0], args=command[1:]))) as session:
+            # the server's stderr to the real one: a test before may leave sys.stderr a capture without a fileno
+            with connect(stdio_client(StdioServerParameters(command=command[0], args=command[1:]),
+                                      errlog=sys.__stderr__)) as session:
                 assert session.tool_names()
             continue
         flag = "--port" if args[2] == "serve" else "--base-port"
