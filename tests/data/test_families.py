@@ -3,6 +3,7 @@ the held-out split (companies, phrasings, small talk) into training, and demos t
 
 import asyncio
 import json
+import random
 import re
 import string
 from pathlib import Path
@@ -12,9 +13,13 @@ import pytest
 import mcprl.envs  # noqa: F401 - registers mcp_tool_env
 from mcprl.data import families
 from mcprl.data.families import FAMILIES, HELDOUT_PHRASINGS, LOOKUPS, generate, phrasing_split, phrasings, placeholders
-from mcprl.data.rules import build_world
+from mcprl.data.execute import on_offline_servers
+from mcprl.data.rules import build_world, execute_plan
 from mcprl.data.sample import read_samples
 from mcprl.envs.mcp_env import MCPToolEnv
+from mcprl.episode import new_episode
+from mcprl.protocol.prompt import tool_result_text
+from mcprl.servers.offline.market import MarketData
 from mcprl.servers.offline.companies import COMPANIES, SHORT_NAMES
 from mcprl.tools.manager import ToolManager
 
@@ -109,17 +114,51 @@ def test_people_name_companies_and_the_demo_turns_names_into_tickers(train):
         assert f'"{ticker}"' in fix["content"]
 
 
+EMPTY = re.compile(r'"(bars|results|matches)":\[\]')
+
+
 def test_slips_are_masked_and_fixed(train):
     kinds = set()
     for e in train.experts:
         msgs = e["messages"]
         for i, m in enumerate(msgs):
             if m.get("weight") == 0:
-                assert "error" in msgs[i + 1]["content"]
+                response = msgs[i + 1]["content"]
+                assert "error" in response or EMPTY.search(response), response
                 assert msgs[i + 2]["role"] == "assistant" and msgs[i + 2].get("weight", 1) == 1
-                kinds.add("date" if "YYYY-MM-DD" in msgs[i + 1]["content"] else
-                          "missing" if "required" in msgs[i + 1]["content"].lower() else "ticker")
-    assert len(kinds) >= 2, kinds
+                kinds.add("empty" if EMPTY.search(response) else "date" if "YYYY-MM-DD" in response else
+                          "type" if "is not of type" in response else
+                          "missing" if "required" in response.lower() else "ticker")
+    assert len(kinds) >= 3, kinds
+
+
+@pytest.mark.parametrize("kind, family, shows", [
+    ("wrong_type", "revenue", "is not of type 'integer'"),
+    ("date_out_of_range", "close_on_date", "data covers 2022-01-03 to 2025-12-31"),
+    ("empty_result", "volume_on_date", '"bars":[]'),
+    ("empty_search", "top_result_url", '"results":[]'),
+])
+def test_each_kind_of_slip_shows_what_went_wrong(kind, family, shows):
+    """The slipped call gets the server's own error, or an empty result, for the plan's call to fix."""
+    async def slip(tm):
+        world, days = build_world(False), MarketData().days
+        for seed in range(20):
+            task = families.draw(random.Random(seed), family, world, "train", frozenset(), days)
+            episode = new_episode()
+            calls, _, _ = await execute_plan(tm, task.draft, episode)
+            found = await families.recovery_slip(tm, task, calls, world.tickers, random.Random(seed), episode, (kind,))
+            if found:
+                return calls[found.before], found
+        raise AssertionError(f"no {kind} slip fits {family} in 20 draws")
+
+    call, found = on_offline_servers(slip)
+    assert found.weight == 0 and found.params != call["params"]
+    assert shows in tool_result_text(found.result)
+
+
+def test_unknown_slip_kind_is_one_clear_error():
+    with pytest.raises(ValueError, match="unknown or no slip_kinds.*known: misspell"):
+        generate(2, seed=0, progress=False, slip_kinds=("misspell", "typo"))
 
 
 def test_every_demo_solves_its_task_in_the_env(train):

@@ -114,6 +114,8 @@ def test_later_overrides_win_and_yaml_floats_without_dot_are_numbers(tmp_path):
     ("model=3", "'model' must be a mapping"),
     ("data.train=tasks.csv", "data.train=tasks.csv must be a .json, .jsonl, .parquet file"),
     ("no-equals-sign", "must look like section.key=value"),
+    ("data.generate.slip_kinds=[misspell,typo]", "data.generate.slip_kinds: unknown or none ['typo']; known: "),
+    ("data.generate.slip_kinds=[]", "data.generate.slip_kinds: unknown or none []"),
 ])
 def test_invalid_configs_fail_at_load_with_one_clear_line(override, expected):
     with pytest.raises(ConfigError) as err:

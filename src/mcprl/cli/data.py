@@ -88,6 +88,9 @@ def generate_families(
     experts: Optional[Path] = ExpertsOpt, heldout: bool = HeldoutOpt, recovery: float = RecoveryOpt,
     no_demo: Optional[str] = typer.Option(None, "--no-demo", help="Comma-separated families whose tasks get no "
                                                                    "expert demos (learned by GRPO alone)."),
+    slip_kinds: Optional[str] = typer.Option(None, "--slip-kinds", help="Comma-separated kinds of slip the recovering "
+                                             "demos make (default: all of misspell, missing_argument, date_format, "
+                                             "wrong_type, date_out_of_range, empty_result, empty_search)."),
 ) -> None:
     """Facts from the tools' own outputs and chains of calls, twelve phrasings per family; no network.
 
@@ -95,10 +98,10 @@ def generate_families(
     """
     def make() -> Generated:
         from mcprl.data.execute import Generated
-        from mcprl.data.families import generate
+        from mcprl.data.families import SLIP_KINDS, generate
 
         output = generate(n, seed, style=style, heldout=heldout, recovery=recovery,
-                          no_demo_families=tuple(_csv(no_demo) or ()))
+                          no_demo_families=tuple(_csv(no_demo) or ()), slip_kinds=tuple(_csv(slip_kinds) or SLIP_KINDS))
         return Generated(list(output.samples), list(output.experts), [])
 
     _generate(make, out, seed=seed, split=split, fmt=fmt, style=style, experts=experts, with_dropped=False)

@@ -11,8 +11,9 @@ them: ticker, full name or short name ("Nvidia"), with occasional lower case, ty
 Recovery is part of the demos: a company named in words is first looked up as written, and the
 server's "unknown ticker 'Costco': did you mean 'COST'?" turns it into the symbol the next call uses
 (the one policy that works on companies never seen in training). A share of demos also slip (a
-misspelled ticker, a missing argument, a date in the user's format) and fix the call after the server's
-error; a slip is masked out of the SFT loss, its fix is not.
+misspelled ticker, a missing argument, a date in the user's format; on request also an integer written as
+a string, a date past the data, a day the market was shut, a search that finds nothing: `SLIP_KINDS`) and
+fix the call after the server's error or empty result; a slip is masked out of the SFT loss, its fix is not.
 
 `no_demo_families` keep their training tasks but get no demos, and so do the middle three phrasings of
 every family: what GRPO must learn from reward alone. Every plan is executed on fresh offline servers
@@ -52,7 +53,6 @@ CONTEXTS = {  # small talk before the question: (training, held-out)
     "heldout": ("Morning! ", "Before my 10am meeting, ", "My manager is asking: ", "Hello, "),
 }
 NOISE = {"lower": 0.12, "typo": 0.1, "context": 0.2}
-SLIP_KINDS = ("misspell", "missing_argument", "date_format")
 TICKER_ONLY = frozenset({"alert_date", "alert_volume", "alert_range"})  # #alerts messages name tickers only
 LOOKUP_DATES = ("2025-01-02", "2025-12-30")  # trading days the *_on_date families ask about
 
@@ -392,44 +392,133 @@ async def name_lookups(tm: ToolManager, task: FamilyTask, calls: list[dict[str, 
     return slips
 
 
+@dataclass(frozen=True)
+class SlipKind:
+    """How a demo can slip: the calls of a plan it fits (`spots`), the slipped arguments (`wrong`), and
+    whether the slip shows as an empty result rather than an error (a wrong day, a query that finds nothing)."""
+
+    spots: Callable[[FamilyTask, list[dict[str, Any]]], list[int]]
+    wrong: Callable[[FamilyTask, dict[str, Any], list[str], random.Random], dict[str, Any]]
+    empty: bool = False
+
+
+def _single_day(task: FamilyTask, calls: list[dict[str, Any]]) -> list[int]:
+    return [i for i, c in enumerate(calls) if c["params"].get("start_date")
+            and c["params"].get("start_date") == c["params"].get("end_date")]
+
+
+def _without(p: dict[str, Any], gone: str) -> dict[str, Any]:
+    return {k: v for k, v in p.items() if k != gone}
+
+
+def _wrong_type(p: dict[str, Any]) -> dict[str, Any]:
+    """An integer argument written as a string, as models often write it: the schema rejects it."""
+    key = next(k for k in sorted(p) if isinstance(p[k], int) and not isinstance(p[k], bool))
+    return {**p, key: str(p[key])}
+
+
+def _next_year(p: dict[str, Any]) -> dict[str, Any]:
+    """The asked day a year later, past the data's end: the server says which range it covers."""
+    def later(day: str) -> str:
+        d = dt.date.fromisoformat(day)
+        return str(d.replace(year=d.year + 1))
+    return {**p, "start_date": later(p["start_date"]), "end_date": later(p["end_date"])}
+
+
+def _closed_day(p: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """The asked day of the month in another month, or a day beside it, on which the market was shut: the
+    bars come back empty (the slip a small model makes turning "8/14/2025" into a date)."""
+    day = dt.date.fromisoformat(p["start_date"])
+    open_days = set(MarketData().days)
+    near = [day.replace(month=m) for m in range(1, 13) if m != day.month and day.day <= 28]
+    near += [day + dt.timedelta(days=k) for k in (-3, -2, -1, 1, 2, 3)]
+    shut = sorted(str(d) for d in near if str(d) not in open_days and LOOKUP_DATES[0] <= str(d) <= LOOKUP_DATES[1])
+    if not shut:
+        return p  # no closed day near it: the call succeeds and the kind does not fit
+    when = rng.choice(shut)
+    return {**p, "start_date": when, "end_date": when}
+
+
+def _garbled_query(p: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """A search query with its words' letters swapped: nothing matches it."""
+    def swap(word: str) -> str:
+        if len(word) < 4:
+            return word
+        i = rng.randrange(1, len(word) - 2)
+        return word[:i] + word[i + 1] + word[i] + word[i + 2:]
+    return {**p, "query": " ".join(swap(w) for w in p["query"].split())}
+
+
+def _calls_where(test: Callable[[dict[str, Any]], Any]) -> Callable[[FamilyTask, list[dict[str, Any]]], list[int]]:
+    return lambda task, calls: [i for i, c in enumerate(calls) if test(c)]
+
+
+def _user_date_spots(task: FamilyTask, calls: list[dict[str, Any]]) -> list[int]:
+    if not task.slots.date or task.info["date_format"] == "iso":
+        return []
+    return [i for i, c in enumerate(calls) if c["params"].get("start_date") == task.slots.date]
+
+
+def _has_int(call: dict[str, Any]) -> bool:
+    return call["tool"] != "run_python" and any(isinstance(v, int) and not isinstance(v, bool)
+                                                for v in call["params"].values())
+
+
+SLIP_KINDS: dict[str, SlipKind] = {  # a registry: a new kind of slip is one entry
+    "misspell": SlipKind(_calls_where(lambda c: c["params"].get("ticker") or c["params"].get("symbol")),
+                         lambda t, p, known, rng: {**p, **{k: misspell(p[k], rng, known) for k in TICKER_KEYS if k in p}}),
+    "missing_argument": SlipKind(_calls_where(lambda c: len(c["params"]) > 1 and c["tool"] != "run_python"),
+                                 lambda t, p, known, rng: _without(p, rng.choice(sorted(p)))),
+    "date_format": SlipKind(_user_date_spots, lambda t, p, known, rng: {**p, "start_date": t.slots.values["date"],
+                                                                        "end_date": t.slots.values["date"]}),
+    "wrong_type": SlipKind(_calls_where(_has_int), lambda t, p, known, rng: _wrong_type(p)),
+    "date_out_of_range": SlipKind(_single_day, lambda t, p, known, rng: _next_year(p)),
+    "empty_result": SlipKind(_single_day, lambda t, p, known, rng: _closed_day(p, rng), empty=True),
+    "empty_search": SlipKind(_calls_where(lambda c: isinstance(c["params"].get("query"), str)),
+                             lambda t, p, known, rng: _garbled_query(p, rng), empty=True),
+}
+
+
+def _empty(data: Any) -> bool:
+    """A result with lists and all of them empty: no bars, no search results, no matches."""
+    lists = [v for v in data.values() if isinstance(v, list)] if isinstance(data, dict) else []
+    return bool(lists) and not any(lists)
+
+
 async def recovery_slip(tm: ToolManager, task: FamilyTask, calls: list[dict[str, Any]], known: list[str],
-                        rng: random.Random, episode: str) -> Slip | None:
-    """One masked slip, fixed by the next call: a misspelled ticker, a missing argument, or a date in the
-    user's own format (kinds tried in a seeded order until the plan has a spot for one); None when none fits.
-    After a name lookup it is a slip copying the server's hint."""
-    for kind in rng.sample(SLIP_KINDS, len(SLIP_KINDS)):
-        if kind == "date_format":
-            if not task.slots.date or task.info["date_format"] == "iso":
-                continue
-            spots = [i for i, c in enumerate(calls) if c["params"].get("start_date") == task.slots.date]
-            wrong = lambda p: {**p, "start_date": task.slots.values["date"], "end_date": task.slots.values["date"]}  # noqa: E731
-        elif kind == "missing_argument":
-            spots = [i for i, c in enumerate(calls) if len(c["params"]) > 1 and c["tool"] != "run_python"]
-            wrong = lambda p: (lambda gone: {k: v for k, v in p.items() if k != gone})(rng.choice(sorted(p)))  # noqa: E731
-        else:
-            spots = [i for i, c in enumerate(calls) if c["params"].get("ticker") or c["params"].get("symbol")]
-            wrong = lambda p: {**p, **{k: misspell(p[k], rng, known) for k in TICKER_KEYS if k in p}}  # noqa: E731
+                        rng: random.Random, episode: str, kinds: tuple[str, ...]) -> Slip | None:
+    """One masked slip, fixed by the next call (`kinds` tried in a seeded order until the plan has a spot for
+    one and the slipped call fails or comes back empty); None when none fits. After a name lookup it is a slip
+    copying the server's hint."""
+    for name in rng.sample(kinds, len(kinds)):
+        kind = SLIP_KINDS[name]
+        spots = kind.spots(task, calls)
         if not spots:
             continue
         i = rng.choice(spots)
-        params = wrong(calls[i]["params"])
+        params = kind.wrong(task, calls[i]["params"], known, rng)
         result = await tm.execute_tool(f"{calls[i]['server']}.{calls[i]['tool']}", params, episode=episode)
-        if not result["ok"]:
+        slipped = result["ok"] and _empty(result["data"]) if kind.empty else not result["ok"]
+        if slipped:
             return Slip(i, params, result)
     return None
 
 
-def check_settings(recovery: float, no_demo_families: tuple[str, ...]) -> None:
+def check_settings(recovery: float, no_demo_families: tuple[str, ...], slip_kinds: tuple[str, ...] = tuple(SLIP_KINDS)) -> None:
     """Bad settings fail before any server starts."""
     unknown = sorted(set(no_demo_families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown families in no_demo_families: {', '.join(unknown)}; known: {', '.join(sorted(FAMILIES))}")
+    unknown = sorted(set(slip_kinds) - set(SLIP_KINDS))
+    if unknown or not slip_kinds:
+        raise ValueError(f"unknown or no slip_kinds {unknown or list(slip_kinds)}; known: {', '.join(SLIP_KINDS)}")
     check_recovery(recovery)
 
 
 async def generate_async(tm: ToolManager, n: int, seed: int, *, heldout: bool = False, progress: bool = True,
-                         recovery: float = 0.25, no_demo_families: tuple[str, ...] = (), style: str = "hermes") -> RuleOutput:
-    check_settings(recovery, no_demo_families)
+                         recovery: float = 0.25, no_demo_families: tuple[str, ...] = (), style: str = "hermes",
+                         slip_kinds: tuple[str, ...] = tuple(SLIP_KINDS)) -> RuleOutput:
+    check_settings(recovery, no_demo_families, slip_kinds)
     split = "heldout" if heldout else "train"
     rng, slip_rng = random.Random(f"mcprl-families:{seed}:{split}"), random.Random(f"mcprl-families-slips:{seed}:{split}")
     world, days = build_world(heldout), MarketData().days
@@ -454,7 +543,7 @@ async def generate_async(tm: ToolManager, n: int, seed: int, *, heldout: bool = 
                 raise GenerationError(f"{family}: no new plan in {DISTINCT_TRIES} draws")
             seen.add(key)
             if slip_rng.random() < recovery:
-                extra = await recovery_slip(tm, task, calls, world.tickers, slip_rng, episode)
+                extra = await recovery_slip(tm, task, calls, world.tickers, slip_rng, episode, tuple(slip_kinds))
                 slips += [extra] if extra else []
             sample, expert = build_task(len(out.samples), task.draft, calls, data, raw, tools, split=split, seed=seed,
                                         style=style, slips=tuple(sorted(slips, key=lambda s: s.before)),
@@ -472,12 +561,14 @@ def generate(n: int, seed: int, **kwargs: Any) -> RuleOutput:
 
 
 def generate_splits(n_train: int, n_heldout: int, seed: int, *, recovery: float = 0.25,
-                    no_demo_families: tuple[str, ...] = ()) -> tuple[RuleOutput, RuleOutput]:
-    check_settings(recovery, no_demo_families)
+                    no_demo_families: tuple[str, ...] = (),
+                    slip_kinds: tuple[str, ...] = tuple(SLIP_KINDS)) -> tuple[RuleOutput, RuleOutput]:
+    check_settings(recovery, no_demo_families, slip_kinds)
 
     async def both(tm: ToolManager) -> list[RuleOutput]:
         return await asyncio.gather(
-            generate_async(tm, n_train, seed, progress=False, recovery=recovery, no_demo_families=no_demo_families),
+            generate_async(tm, n_train, seed, progress=False, recovery=recovery, no_demo_families=no_demo_families,
+                           slip_kinds=slip_kinds),
             generate_async(tm, n_heldout, seed, heldout=True, progress=False, no_demo_families=no_demo_families))
 
     train, heldout = on_offline_servers(both)

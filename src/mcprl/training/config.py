@@ -85,6 +85,7 @@ class FinetuneConfig:
 
 NO_DEMO_FAMILIES = ("net_income", "year_high", "dividend_yield", "open_on_date", "current_ratio",
                     "revenue_per_employee", "bigger_market_cap", "alert_date")  # 8 of 50, lookups and chains
+SLIP_KINDS = ("misspell", "missing_argument", "date_format")  # the recipe's; more in mcprl.data.families.SLIP_KINDS
 NATURAL_SET = "data/heldout/natural.jsonl"  # in the repository; a run elsewhere without it skips that eval
 
 
@@ -102,6 +103,9 @@ class DataGenerateConfig:
                                "(the slip is masked out of the loss); the tasks stay the same.")
     no_demo_families: list[str] = opt(list(NO_DEMO_FAMILIES), "families: families whose training tasks get no SFT demos, so GRPO must "
                                            "learn them from reward alone (their held-out tasks measure it).")
+    slip_kinds: list[str] = opt(list(SLIP_KINDS), "families: the kinds of slip a recovering demo makes and fixes "
+                                "(misspell, missing_argument, date_format; also wrong_type, date_out_of_range, and "
+                                "empty_result and empty_search, which get an empty result instead of an error).")
 
 
 @dataclass
@@ -848,6 +852,9 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
         (cfg.eval.temperature >= 0, f"eval.temperature must be >= 0, got {cfg.eval.temperature}"),
         (cfg.eval.natural in (None, NATURAL_SET) or Path(cfg.eval.natural).is_file(),
          f"eval.natural {cfg.eval.natural} does not exist (the natural held-out set: data/heldout/natural.jsonl)"),
+        (cfg.data.generate.slip_kinds and not set(cfg.data.generate.slip_kinds) - _slip_kinds(),
+         f"data.generate.slip_kinds: unknown or none {sorted(set(cfg.data.generate.slip_kinds) - _slip_kinds()) or []}; "
+         f"known: {', '.join(sorted(_slip_kinds()))}"),
         (not set(cfg.data.generate.no_demo_families) - _family_names(),
          f"data.generate.no_demo_families: unknown families "
          f"{', '.join(sorted(set(cfg.data.generate.no_demo_families) - _family_names()))}"),
@@ -864,6 +871,12 @@ def _family_names() -> set[str]:
     from mcprl.data.families import FAMILIES
 
     return set(FAMILIES)
+
+
+def _slip_kinds() -> set[str]:
+    from mcprl.data.families import SLIP_KINDS as KNOWN
+
+    return set(KNOWN)
 
 
 def _check_algorithm_names(algo: AlgoConfig) -> None:
