@@ -194,6 +194,22 @@ def test_phrasing_split(split, index, size):
     assert phrasing_split(index, size) == split
 
 
+def test_chain_weight_draws_each_family_of_several_calls_that_often_a_round():
+    rounds = {w: families.family_cycle(random.Random(0), w) for w in (1, 3)}
+    for weight, cycle in rounds.items():
+        first = [next(cycle) for _ in range(len(FAMILIES) + (weight - 1) * sum(
+            f.complexity != "simple" for f in FAMILIES.values()))]
+        for name, family in FAMILIES.items():
+            assert first.count(name) == (weight if family.complexity != "simple" else 1), (weight, name)
+
+
+def test_chain_weight_is_for_training_only():
+    with pytest.raises(ValueError, match="held-out split draws every family once"):
+        generate(1, seed=0, progress=False, heldout=True, chain_weight=3)
+    with pytest.raises(ValueError, match="chain_weight must be a whole number >= 1"):
+        generate(1, seed=0, progress=False, chain_weight=0)
+
+
 def test_unknown_no_demo_family_is_one_clear_error():
     with pytest.raises(ValueError, match="unknown families in no_demo_families: net_incom"):
         generate(1, seed=0, progress=False, no_demo_families=("net_incom",))

@@ -116,6 +116,7 @@ def test_later_overrides_win_and_yaml_floats_without_dot_are_numbers(tmp_path):
     ("no-equals-sign", "must look like section.key=value"),
     ("data.generate.slip_kinds=[misspell,typo]", "data.generate.slip_kinds: unknown or none ['typo']; known: "),
     ("data.generate.slip_kinds=[]", "data.generate.slip_kinds: unknown or none []"),
+    ("data.generate.chain_weight=0", "data.generate.chain_weight must be >= 1, got 0"),
 ])
 def test_invalid_configs_fail_at_load_with_one_clear_line(override, expected):
     with pytest.raises(ConfigError) as err:

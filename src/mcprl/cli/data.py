@@ -91,6 +91,8 @@ def generate_families(
     slip_kinds: Optional[str] = typer.Option(None, "--slip-kinds", help="Comma-separated kinds of slip the recovering "
                                              "demos make (default: all of misspell, missing_argument, date_format, "
                                              "wrong_type, date_out_of_range, empty_result, empty_search)."),
+    chain_weight: int = typer.Option(1, "--chain-weight", min=1, help="Draws of each family of several calls for "
+                                     "every draw of a one-lookup family (training split)."),
 ) -> None:
     """Facts from the tools' own outputs and chains of calls, twelve phrasings per family; no network.
 
@@ -101,7 +103,8 @@ def generate_families(
         from mcprl.data.families import SLIP_KINDS, generate
 
         output = generate(n, seed, style=style, heldout=heldout, recovery=recovery,
-                          no_demo_families=tuple(_csv(no_demo) or ()), slip_kinds=tuple(_csv(slip_kinds) or SLIP_KINDS))
+                          no_demo_families=tuple(_csv(no_demo) or ()), slip_kinds=tuple(_csv(slip_kinds) or SLIP_KINDS),
+                          chain_weight=chain_weight)
         return Generated(list(output.samples), list(output.experts), [])
 
     _generate(make, out, seed=seed, split=split, fmt=fmt, style=style, experts=experts, with_dropped=False)

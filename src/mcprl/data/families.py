@@ -333,10 +333,12 @@ class FamilyTask:
     has_demo: bool
 
 
-def family_cycle(rng: random.Random) -> Iterator[str]:
+def family_cycle(rng: random.Random, chain_weight: int = 1) -> Iterator[str]:
     """Every family once per round, each round in a fresh seeded order: any 50 consecutive tasks span all
-    families, so a held-out set measures each of them and SFT sees each early."""
-    names = sorted(phrasings())
+    families, so a held-out set measures each of them and SFT sees each early. A family of several calls
+    comes `chain_weight` times a round, so the demos need not teach that one lookup ends every task."""
+    names = sorted(name for name in phrasings()
+                   for _ in range(chain_weight if FAMILIES[name].complexity != "simple" else 1))
     while True:
         yield from rng.sample(names, len(names))
 
@@ -504,8 +506,14 @@ async def recovery_slip(tm: ToolManager, task: FamilyTask, calls: list[dict[str,
     return None
 
 
-def check_settings(recovery: float, no_demo_families: tuple[str, ...], slip_kinds: tuple[str, ...] = tuple(SLIP_KINDS)) -> None:
+def check_settings(recovery: float, no_demo_families: tuple[str, ...], slip_kinds: tuple[str, ...] = tuple(SLIP_KINDS),
+                   chain_weight: int = 1, heldout: bool = False) -> None:
     """Bad settings fail before any server starts."""
+    if chain_weight < 1:
+        raise ValueError(f"chain_weight must be a whole number >= 1, got {chain_weight}")
+    if heldout and chain_weight != 1:
+        raise ValueError("the held-out split draws every family once a round (comparable across settings); "
+                         "chain_weight is for the training split")
     unknown = sorted(set(no_demo_families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown families in no_demo_families: {', '.join(unknown)}; known: {', '.join(sorted(FAMILIES))}")
@@ -517,13 +525,13 @@ def check_settings(recovery: float, no_demo_families: tuple[str, ...], slip_kind
 
 async def generate_async(tm: ToolManager, n: int, seed: int, *, heldout: bool = False, progress: bool = True,
                          recovery: float = 0.25, no_demo_families: tuple[str, ...] = (), style: str = "hermes",
-                         slip_kinds: tuple[str, ...] = tuple(SLIP_KINDS)) -> RuleOutput:
-    check_settings(recovery, no_demo_families, slip_kinds)
+                         slip_kinds: tuple[str, ...] = tuple(SLIP_KINDS), chain_weight: int = 1) -> RuleOutput:
+    check_settings(recovery, no_demo_families, slip_kinds, chain_weight, heldout)
     split = "heldout" if heldout else "train"
     rng, slip_rng = random.Random(f"mcprl-families:{seed}:{split}"), random.Random(f"mcprl-families-slips:{seed}:{split}")
     world, days = build_world(heldout), MarketData().days
     no_demo, out, seen = frozenset(no_demo_families), RuleOutput(), set[str]()
-    order, tools = family_cycle(random.Random(f"mcprl-families-order:{seed}:{split}")), tm.tools()
+    order, tools = family_cycle(random.Random(f"mcprl-families-order:{seed}:{split}"), chain_weight), tm.tools()
     with Progress(disable=not progress, transient=True) as bar:
         job = bar.add_task(f"generating {n} {split} tasks", total=n)
         while len(out.samples) < n:
@@ -562,13 +570,16 @@ def generate(n: int, seed: int, **kwargs: Any) -> RuleOutput:
 
 def generate_splits(n_train: int, n_heldout: int, seed: int, *, recovery: float = 0.25,
                     no_demo_families: tuple[str, ...] = (),
-                    slip_kinds: tuple[str, ...] = tuple(SLIP_KINDS)) -> tuple[RuleOutput, RuleOutput]:
-    check_settings(recovery, no_demo_families, slip_kinds)
+                    slip_kinds: tuple[str, ...] = tuple(SLIP_KINDS),
+                    chain_weight: int = 1) -> tuple[RuleOutput, RuleOutput]:
+    """The training split weighs the chains by `chain_weight`; the held-out split always draws every family
+    once a round, so held-out scores stay comparable across settings."""
+    check_settings(recovery, no_demo_families, slip_kinds, chain_weight)
 
     async def both(tm: ToolManager) -> list[RuleOutput]:
         return await asyncio.gather(
             generate_async(tm, n_train, seed, progress=False, recovery=recovery, no_demo_families=no_demo_families,
-                           slip_kinds=slip_kinds),
+                           slip_kinds=slip_kinds, chain_weight=chain_weight),
             generate_async(tm, n_heldout, seed, heldout=True, progress=False, no_demo_families=no_demo_families))
 
     train, heldout = on_offline_servers(both)

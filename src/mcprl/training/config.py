@@ -106,6 +106,8 @@ class DataGenerateConfig:
     slip_kinds: list[str] = opt(list(SLIP_KINDS), "families: the kinds of slip a recovering demo makes and fixes "
                                 "(misspell, missing_argument, date_format; also wrong_type, date_out_of_range, and "
                                 "empty_result and empty_search, which get an empty result instead of an error).")
+    chain_weight: int = opt(1, "families: how often each family of several calls is drawn for every once of a "
+                               "one-lookup family in the training split (the held-out split draws each once).")
 
 
 @dataclass
@@ -856,6 +858,8 @@ def _rules(cfg: TrainConfig) -> list[tuple[bool, str]]:
         (cfg.data.generate.slip_kinds and not set(cfg.data.generate.slip_kinds) - _slip_kinds(),
          f"data.generate.slip_kinds: unknown or none {sorted(set(cfg.data.generate.slip_kinds) - _slip_kinds()) or []}; "
          f"known: {', '.join(sorted(_slip_kinds()))}"),
+        (cfg.data.generate.chain_weight >= 1,
+         f"data.generate.chain_weight must be >= 1, got {cfg.data.generate.chain_weight}"),
         (not set(cfg.data.generate.no_demo_families) - _family_names(),
          f"data.generate.no_demo_families: unknown families "
          f"{', '.join(sorted(set(cfg.data.generate.no_demo_families) - _family_names()))}"),

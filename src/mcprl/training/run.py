@@ -27,7 +27,8 @@ console = Console()  # the run's lines and progress bars, every phase's and engi
 GENERATORS: dict[str, Callable[[Any], tuple[rules.RuleOutput, rules.RuleOutput]]] = {
     "rules": lambda g: rules.generate_splits(g.n_train, g.n_eval, g.seed, recovery=g.recovery),
     "families": lambda g: families.generate_splits(g.n_train, g.n_eval, g.seed, recovery=g.recovery,
-                                                   no_demo_families=tuple(g.no_demo_families), slip_kinds=tuple(g.slip_kinds)),
+                                                   no_demo_families=tuple(g.no_demo_families), slip_kinds=tuple(g.slip_kinds),
+                                                   chain_weight=g.chain_weight),
 }  # the generators that need no inputs, so a run can make its own data
 
 
