@@ -129,7 +129,7 @@ class DataConfig:
 class SFTConfig:
     enabled: bool = opt(True, "Run supervised fine-tuning on the expert demonstrations before GRPO.")
     epochs: float = opt(1.0, "Passes over the demonstrations (fractions allowed).")
-    max_steps: int | None = opt(350, "Stop after this many optimizer steps (overrides epochs).")
+    max_steps: int | None = opt(641, "Stop after this many optimizer steps (overrides epochs).")
     lr: float = opt(1e-4, "Learning rate (1e-4 for a full fine-tune; LoRA wants about 5e-4).")
     batch_size: int = opt(
         1, "Demonstrations per optimizer step: at equal demos and time, 1 learned far more than 4 "
