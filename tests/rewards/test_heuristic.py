@@ -322,21 +322,55 @@ def test_an_answer_that_skips_a_required_post_earns_no_more_than_a_wrong_one():
 
 
 def _episode(gt, turns):
+    """Play `turns`; like the env, add `episode_end` only when the episode stops without an answer."""
     state = RewardState()
     total = sum(step(gt, state, text, result)["total_reward"] for text, result in turns)
-    return total + episode_end(gt, state)["total_reward"], state
+    answered = parse_action(turns[-1][0]).kind == "answer"
+    return total + (0.0 if answered else episode_end(gt, state)["total_reward"]), state
 
 
-def test_an_answer_made_up_after_an_error_is_a_wrong_answer_and_recovery_pays():
-    """After 'unknown ticker ...: did you mean ...?', retrying and answering right out-earns answering at once;
-    a number made up after the error gets the wrong-answer penalty and never beats a recovered success."""
+UNKNOWN_APPLE = {"ok": False, "error": "unknown ticker 'Apple': did you mean 'AAPL'?", "error_type": "tool_error"}
+
+
+def test_an_answer_made_up_after_an_error_is_never_rewarded_and_recovery_pays():
+    """After 'unknown ticker ...: did you mean ...?', retrying and answering right out-earns everything else; a
+    number made up after the error returns < 0 and no more than running out of turns after the same calls (at
+    wrong_answer -0.3 it kept its shaping, returned about +0.15 in GRPO rollouts, and GRPO raised
+    answer_after_error from 0% to 8.2%: docs/experiments/2026-12-07-a-made-up-answer-after-an-error.md)."""
     gt = quote_task(tool_sequence=quote_task()["tool_sequence"][:1])
-    error = {"ok": False, "error": "unknown ticker 'Apple': did you mean 'AAPL'?", "error_type": "tool_error"}
-    recovered, state = _episode(gt, [(quote_call("Apple"), error), (quote_call(), OK), (format_answer("187.42"), None)])
+    recovered, state = _episode(gt, [(quote_call("Apple"), UNKNOWN_APPLE), (quote_call(), OK),
+                                     (format_answer("187.42"), None)])
     assert state.solved
-    made_up, state = _episode(gt, [(quote_call("Apple"), error), (format_answer("50"), None)])
+    made_up, state = _episode(gt, [(quote_call("Apple"), UNKNOWN_APPLE), (format_answer("50"), None)])
     assert not state.solved
-    guessed_right, _ = _episode(gt, [(quote_call("Apple"), error), (format_answer("187.42"), None)])  # ungrounded
-    assert recovered > 0.9 > 0 > made_up and guessed_right < 0
-    wrong = HeuristicWeights().wrong_answer
-    assert made_up <= wrong + HeuristicWeights().shaping_cap
+    gave_up, _ = _episode(gt, [(quote_call("Apple"), UNKNOWN_APPLE)])
+    guessed_right, _ = _episode(gt, [(quote_call("Apple"), UNKNOWN_APPLE), (format_answer("187.42"), None)])
+    assert recovered > 0.9 > 0 > guessed_right and made_up < 0
+    assert made_up <= gave_up
+
+
+def test_a_made_up_answer_after_a_late_error_loses_its_shaping():
+    """The first call earned the whole shaping budget; the second failed and the answer came right after it."""
+    gt = quote_task()
+    python_error = {"ok": False, "error": "NameError: name 'x' is not defined", "error_type": "tool_error"}
+    python = format_tool_call("run_python", {"code": "print(x)"})
+    state = RewardState()
+    step(gt, state, quote_call(), OK)
+    step(gt, state, python, python_error, tool_name="run_python")
+    out = step(gt, state, format_answer("50"))
+    weights = HeuristicWeights()
+    assert out["components"]["wrong_answer"] + out["components"]["answer_after_error"] == pytest.approx(
+        weights.unanswered)
+    assert state.episode_return < 0
+    assert sum(out["components"].values()) == pytest.approx(out["total_reward"])
+
+
+def test_a_wrong_answer_after_a_repaired_error_is_only_wrong():
+    """The retry with the server's suggestion came back ok: a wrong answer then is an ordinary wrong answer."""
+    gt = quote_task(tool_sequence=quote_task()["tool_sequence"][:1])
+    state = RewardState()
+    step(gt, state, quote_call("Apple"), UNKNOWN_APPLE)
+    step(gt, state, quote_call(), OK)
+    out = step(gt, state, format_answer("50"))
+    assert out["components"].get("wrong_answer") == HeuristicWeights().wrong_answer
+    assert "answer_after_error" not in out["components"]

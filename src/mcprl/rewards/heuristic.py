@@ -23,15 +23,17 @@ from mcprl.protocol.parsing import ParsedAction, canonical_json, parse_action
 from mcprl.rewards.answers import ABS_TOL, REL_TOL, answer_matches
 from mcprl.rewards.base import NO_REWARD, STEP_MAX, STEP_MIN, Reward, Step, StopReason
 
-OUTCOME_COMPONENTS = frozenset({"solved", "wrong_answer", "ungrounded_answer", "premature_answer", "unanswered"})
+OUTCOME_COMPONENTS = frozenset(
+    {"solved", "wrong_answer", "answer_after_error", "ungrounded_answer", "premature_answer", "unanswered"}
+)
 _REWARDS = (
     "tool_allowed", "first_call", "sequence_step", "tool_ok", "solved",
     "shaping_cap", "penalty_cap", "rel_tol", "abs_tol",
 )  # fmt: skip
 _PENALTIES = (
     "malformed", "unknown_tool", "disallowed_tool", "timeout", "invalid_arguments", "tool_error",
-    "server_error", "repeated_call", "no_action", "wrong_answer", "premature_answer", "ungrounded_answer",
-    "unanswered",
+    "server_error", "repeated_call", "no_action", "wrong_answer", "answer_after_error", "premature_answer",
+    "ungrounded_answer", "unanswered",
 )  # fmt: skip
 _ERROR_TYPES = ("invalid_arguments", "unknown_tool", "timeout", "server_error", "tool_error")
 
@@ -55,6 +57,9 @@ class HeuristicWeights:
     no_action: float = opt(-0.05, "Prose with neither a call nor an answer.")
     solved: float = opt(1.0, "Correct answer, or (answer-free task) every tool_sequence step done.")
     wrong_answer: float = opt(-0.3, "An answer that does not match gt['answer'].")
+    answer_after_error: float = opt(-0.5, "Added to wrong_answer or ungrounded_answer when the answer comes while "
+                                          "the latest call had failed (made up after an error): the sum is "
+                                          "unanswered, so with any shaping such an episode returns < 0.")
     premature_answer: float = opt(-0.3, "An answer to an answer-free task before its steps are done.")
     unanswered: float = opt(-0.8, "The episode ended (max turns) unanswered: <= wrong_answer - shaping_cap "
                                   "(see episode_end).")
@@ -91,6 +96,7 @@ class RewardState:
     ok_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, arguments) of ok calls
     next_step: int = 0  # index of the next expected tool_sequence step
     first_call_done: bool = False
+    last_call_failed: bool = False  # the latest call came back with an error (not repaired since)
     positive_shaping: float = 0.0
     negative_shaping: float = 0.0
     solved: bool = False
@@ -112,6 +118,7 @@ class StepFacts:
     ok: bool = False
     error_type: str | None = None
     answer_correct: bool | None = None  # None: no answer, or nothing to check it against
+    after_error: bool = False  # an answer given while the latest call had failed
     grounded: bool = False
     premature: bool = False
     solved_now: bool = False
@@ -187,10 +194,11 @@ def outcome_components(facts: StepFacts, weights: HeuristicWeights) -> dict[str,
         return {"solved": weights.solved}
     if facts.premature:
         return {"premature_answer": weights.premature_answer}
+    made_up = {"answer_after_error": weights.answer_after_error} if facts.after_error else {}
     if facts.answer_correct is True and not facts.grounded:
-        return {"ungrounded_answer": weights.ungrounded_answer}
+        return {"ungrounded_answer": weights.ungrounded_answer, **made_up}
     if facts.answer_correct is False:
-        return {"wrong_answer": weights.wrong_answer}
+        return {"wrong_answer": weights.wrong_answer, **made_up}
     return {}
 
 
@@ -259,6 +267,7 @@ def _observe_call(
     call = (name, canonical_json(action.arguments or {}))
     repeated = call in state.calls
     state.calls.append(call)
+    state.last_call_failed = result is not None and not ok
 
     success = _success(gt)
     first_call_correct = not state.first_call_done and names_match(name, success.get("must_call_tool"))
@@ -309,6 +318,7 @@ def _observe_answer(answer: str, gt: dict[str, Any], state: RewardState, weights
     return StepFacts(
         kind="answer",
         answer_correct=correct,
+        after_error=state.last_call_failed,
         grounded=grounded,
         solved_now=correct and grounded and not state.solved,
     )
