@@ -267,7 +267,8 @@ def _observe_call(
     call = (name, canonical_json(action.arguments or {}))
     repeated = call in state.calls
     state.calls.append(call)
-    state.last_call_failed = result is not None and not ok
+    if result is not None:  # as answered_after_error_rate: a call with no result neither fails nor repairs
+        state.last_call_failed = not ok
 
     success = _success(gt)
     first_call_correct = not state.first_call_done and names_match(name, success.get("must_call_tool"))
