@@ -249,11 +249,18 @@ def test_solved_beats_unsolved_over_random_episodes():
         ({"solved": 1.5}, "must be in \\(0, 1\\]"),
         ({"malformed": 0.2}, "must be <= 0"),
         ({"tool_ok": -0.1}, "must be >= 0"),
+        ({"answer_after_error": -0.1}, "answer_after_error=-0.1 is too weak"),
+        ({"shaping_cap": 0.55, "penalty_cap": 0.4, "answer_after_error": -0.2}, "make it < -0.25"),
     ],
 )
 def test_weights_are_validated(kwargs, message):
     with pytest.raises(ValueError, match=message):
         HeuristicWeights(**kwargs)
+
+
+def test_answer_after_error_can_be_turned_off():
+    """0 is the ablation (the reward before 2026-12-07's evening): allowed though it leaves a made-up answer > 0."""
+    assert HeuristicWeights(answer_after_error=0.0).answer_after_error == 0.0
 
 
 def test_names_match_plain_and_qualified():

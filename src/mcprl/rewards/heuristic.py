@@ -58,8 +58,9 @@ class HeuristicWeights:
     solved: float = opt(1.0, "Correct answer, or (answer-free task) every tool_sequence step done.")
     wrong_answer: float = opt(-0.3, "An answer that does not match gt['answer'].")
     answer_after_error: float = opt(-0.5, "Added to wrong_answer or ungrounded_answer when the answer comes while "
-                                          "the latest call had failed (made up after an error): the sum is "
-                                          "unanswered, so with any shaping such an episode returns < 0.")
+                                          "the latest call had failed (made up after an error), so that with "
+                                          "any shaping such an episode returns < 0 (checked); 0 turns it off. "
+                                          "The default sum equals unanswered.")
     premature_answer: float = opt(-0.3, "An answer to an answer-free task before its steps are done.")
     unanswered: float = opt(-0.8, "The episode ended (max turns) unanswered: <= wrong_answer - shaping_cap "
                                   "(see episode_end).")
@@ -84,6 +85,13 @@ class HeuristicWeights:
                 f"solved - penalty_cap ({self.solved} - {self.penalty_cap}) must exceed shaping_cap "
                 f"({self.shaping_cap}), or an unsolved episode could out-earn a solved one; "
                 "lower shaping_cap or penalty_cap"
+            )
+        made_up = max(self.wrong_answer, self.ungrounded_answer) + self.answer_after_error + self.shaping_cap
+        if self.answer_after_error and made_up >= 0:
+            raise ValueError(
+                f"answer_after_error={self.answer_after_error} is too weak: an answer made up after an error "
+                f"could still return {made_up:+.2f} with full shaping; make it < "
+                f"{-(max(self.wrong_answer, self.ungrounded_answer) + self.shaping_cap):.2f}, or 0 to turn it off"
             )
 
 
