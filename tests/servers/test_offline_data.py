@@ -116,6 +116,25 @@ def test_market_errors_name_the_value_and_the_fix():
     assert market.bar_on("AAPL", "2025-12-25").date == "2025-12-24"  # holiday -> previous session
 
 
+@pytest.mark.parametrize(
+    "typed, meant",
+    [("2025-07-1", "2025-07-01"), ("2025-2-3", "2025-02-03"), ("2025/02/03", "2025-02-03"),
+     ("02/03/2025", "2025-02-03"), ("31/01/2025", "2025-01-31"), ("Feb 3, 2025", "2025-02-03"),
+     ("3 February 2025", "2025-02-03"), ("january  31 2025", "2025-01-31")],
+)
+def test_a_date_written_another_way_suggests_its_iso_spelling(typed, meant):
+    """The retry hint, like an unknown ticker's symbol; the suggestion itself is accepted."""
+    with pytest.raises(InvalidArgumentError, match=rf"bad date '{typed}': expected YYYY-MM-DD; did you mean '{meant}'\?"):
+        MARKET.bar_on("AAPL", typed)
+    assert MARKET.bar_on("AAPL", meant).date <= meant
+
+
+@pytest.mark.parametrize("typed", ["2025-14-14", "2025-02-30", "last Tuesday", ""])
+def test_a_date_that_is_no_date_gets_the_format_and_an_example(typed):
+    with pytest.raises(InvalidArgumentError, match=rf"bad date '{typed}': expected YYYY-MM-DD, e.g. 2025-06-30$"):
+        MARKET.bar_on("AAPL", typed)
+
+
 def test_corpus_facts_agree_with_market_data():
     corpus = CORPUS
     market = corpus.market

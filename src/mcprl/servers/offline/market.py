@@ -150,12 +150,30 @@ def trading_days(first: str = FIRST_DAY, last: str = TODAY) -> tuple[str, ...]:
     return tuple(days)
 
 
+# Ways people write a date that are not ISO; tried in order, so 03/02/2025 reads as March 2 (US).
+_OTHER_DATE_FORMATS = ("%Y-%m-%d", "%Y/%m/%d", "%Y.%m.%d", "%m/%d/%Y", "%d/%m/%Y", "%B %d, %Y", "%b %d, %Y",
+                       "%B %d %Y", "%b %d %Y", "%d %B %Y", "%d %b %Y")
+
+
 def parse_date(value: str, name: str = "date") -> str:
-    """Validate an ISO date argument and return it normalized."""
+    """Validate an ISO date argument and return it normalized. A date written another way ('2025-02-3',
+    'Feb 3, 2025') is refused with its ISO spelling to retry with, as an unknown ticker gets its symbol: a fixed
+    example alone was copied as the answer (docs/experiments/2026-12-07-a-made-up-answer-after-an-error.md)."""
     try:
         return dt.date.fromisoformat(value.strip()).isoformat()
     except (ValueError, AttributeError):
-        raise InvalidArgumentError(f"bad {name} {value!r}: expected YYYY-MM-DD, e.g. 2025-06-30") from None
+        meant = _iso_spelling(value)
+        fix = f"; did you mean {meant!r}?" if meant else ", e.g. 2025-06-30"
+        raise InvalidArgumentError(f"bad {name} {value!r}: expected YYYY-MM-DD{fix}") from None
+
+
+def _iso_spelling(value: object) -> str | None:
+    for fmt in _OTHER_DATE_FORMATS:
+        try:
+            return dt.datetime.strptime(" ".join(str(value).split()), fmt).date().isoformat()
+        except ValueError:
+            continue
+    return None
 
 
 def _millions(x: float) -> int:
