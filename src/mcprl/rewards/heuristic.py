@@ -86,12 +86,12 @@ class HeuristicWeights:
                 f"({self.shaping_cap}), or an unsolved episode could out-earn a solved one; "
                 "lower shaping_cap or penalty_cap"
             )
-        made_up = max(self.wrong_answer, self.ungrounded_answer) + self.answer_after_error + self.shaping_cap
-        if self.answer_after_error and made_up >= 0:
+        without_it = max(self.wrong_answer, self.ungrounded_answer) + self.shaping_cap  # a made-up answer's best
+        if self.answer_after_error and without_it + self.answer_after_error >= 0:
             raise ValueError(
                 f"answer_after_error={self.answer_after_error} is too weak: an answer made up after an error "
-                f"could still return {made_up:+.2f} with full shaping; make it < "
-                f"{-(max(self.wrong_answer, self.ungrounded_answer) + self.shaping_cap):.2f}, or 0 to turn it off"
+                f"could still return {without_it + self.answer_after_error:+.2f} with full shaping; make it < "
+                f"{-without_it:.2f}, or 0 to turn it off"
             )
 
 

@@ -168,9 +168,10 @@ def parse_date(value: str, name: str = "date") -> str:
 
 
 def _iso_spelling(value: object) -> str | None:
+    text = " ".join(str(value).split())
     for fmt in _OTHER_DATE_FORMATS:
         try:
-            return dt.datetime.strptime(" ".join(str(value).split()), fmt).date().isoformat()
+            return dt.datetime.strptime(text, fmt).date().isoformat()
         except ValueError:
             continue
     return None
