@@ -37,3 +37,26 @@ def test_resuming_inside_the_same_run_touches_nothing(tmp_path):
 
     assert state.evals == {"sft": {"success_rate": 0.7}}
     assert not (tmp_path / "eval_sft").exists()
+
+
+def test_a_resume_drops_the_steps_logged_after_its_checkpoint(tmp_path):
+    """The run killed after GRPO step 7, checkpointed at step 5: `open_run` keeps steps 1-5 in metrics.jsonl,
+    so the steps trained again are logged once (the report counted 10 GRPO steps of 8 before)."""
+    import json
+
+    from mcprl.training.config import TrainConfig
+    from mcprl.training.run import RunStart, open_run
+
+    cfg = TrainConfig()
+    cfg.run.output_dir, cfg.logging.wandb.enabled, cfg.logging.console_every = str(tmp_path), False, 0
+    checkpoint = tmp_path / "checkpoints" / "step_grpo_5"
+    checkpoint.mkdir(parents=True)
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "phase": "grpo"}) + "\n" for s in range(1, 8)))
+    start = RunStart(cfg, tmp_path, [], [], tmp_path / "experts.jsonl", [], checkpoint,
+                     TrainState(phase="grpo", sft_step=641, grpo_step=5))
+
+    run = open_run(start, policy=None)  # type: ignore[arg-type]
+    run.callbacks.on_step(6, {"phase": "grpo", "reward_mean": 0.5})
+
+    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]

@@ -22,6 +22,7 @@ from mcprl.training.callbacks import (
     build_callbacks,
     eval_numbers,
     flatten_numbers,
+    trim_metrics,
 )
 from mcprl.training.config import ConfigError, TrainConfig, load_train_config
 
@@ -63,6 +64,29 @@ def test_metrics_jsonl_appends_across_restarts(tmp_path):
     for step in (1, 2):
         MetricsJsonlCallback(tmp_path).on_step(step, {"phase": "grpo", "reward_mean": step / 10})
     assert [r["step"] for r in read_rows(tmp_path / "metrics.jsonl")] == [1, 2]
+
+
+def test_a_resume_drops_the_rows_logged_after_its_checkpoint(tmp_path):
+    """Killed after GRPO step 7 with the last checkpoint at step 5: the record keeps SFT 1-3 and GRPO 1-5 (and
+    a row the trainer did not write), and the resumed steps 6-7 are logged once."""
+    cb = MetricsJsonlCallback(tmp_path)
+    for step in (1, 2, 3):
+        cb.on_step(step, {"phase": "sft", "sft_loss": 1.0 / step})
+    for step in range(1, 8):
+        cb.on_step(step, {"phase": "grpo", "reward_mean": step / 10})
+    with (tmp_path / "metrics.jsonl").open("a") as fh:
+        fh.write('{"note": "mine"}\n{"step": 8, "phase": "gr')  # the user's row; a line cut short by the kill
+
+    assert trim_metrics(tmp_path, sft_step=3, grpo_step=5) == 3
+    for step in (6, 7):
+        cb.on_step(step, {"phase": "grpo", "reward_mean": step / 10})
+    rows = read_rows(tmp_path / "metrics.jsonl")
+    assert [(r.get("phase"), r.get("step")) for r in rows] == [
+        *[("sft", s) for s in (1, 2, 3)], *[("grpo", s) for s in range(1, 6)], (None, None),
+        ("grpo", 6), ("grpo", 7)]
+    assert trim_metrics(tmp_path, sft_step=3, grpo_step=7) == 0  # a run that finished its steps keeps them all
+    assert trim_metrics(tmp_path, sft_step=2, grpo_step=0) == 8  # back into SFT: its later steps and all of GRPO
+    assert trim_metrics(tmp_path / "fresh", sft_step=0, grpo_step=0) == 0
 
 
 def test_health_check_trips_after_patience_flat_steps_with_an_explanation():

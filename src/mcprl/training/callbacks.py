@@ -147,6 +147,33 @@ class MetricsJsonlCallback(Callback):
         write_summary(self.run_dir, summary)
 
 
+def trim_metrics(run_dir: Path, sft_step: int, grpo_step: int) -> int:
+    """Drop metrics.jsonl rows logged after the checkpoint a run resumes from, and returns how many.
+
+    A run killed between checkpoints has logged steps it will train again; without this the record holds
+    both copies, and the report counts, times and plots each repeated step twice. A line cut short by the kill
+    goes too: its step is logged again."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    last = {"sft": sft_step, "grpo": grpo_step}
+    kept = [line for line in lines if _logged_by(line, last)]
+    if len(kept) < len(lines):
+        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    return len(lines) - len(kept)
+
+
+def _logged_by(line: str, last: Mapping[str, int]) -> bool:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+        return True  # not a step row this run wrote: the user's, kept
+    return row["step"] <= last.get(phase_of(row), row["step"])
+
+
 def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:
     """RUN_DIR/summary.json, secrets redacted and NaN/inf written as null."""
     run_dir.mkdir(parents=True, exist_ok=True)

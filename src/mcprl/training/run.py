@@ -17,7 +17,7 @@ from rich.console import Console
 
 from mcprl.data import families, rules
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
-from mcprl.training.callbacks import CallbackList, build_callbacks
+from mcprl.training.callbacks import CallbackList, build_callbacks, trim_metrics
 from mcprl.training.checkpoint import TrainState, latest_checkpoint, read_state
 from mcprl.training.config import TrainConfig
 from mcprl.training.policy import Policy
@@ -91,6 +91,9 @@ def open_run(start: RunStart, policy: Policy, where: str = "") -> Run:
     if start.checkpoint is not None:
         console.print(f"resuming from {start.checkpoint} ({start.state.phase} step {start.state.tag}){where}")
         adopt_evals(start.checkpoint, start.dir, start.state)
+        dropped = trim_metrics(start.dir, start.state.sft_step, start.state.grpo_step)
+        if dropped:
+            console.print(f"metrics.jsonl: {dropped} row(s) logged after that checkpoint dropped (those steps run again)")
     callbacks = build_callbacks(start.cfg, start.dir)
     callbacks.on_train_start(start.cfg, start.dir)
     return Run(**vars(start), policy=policy, callbacks=callbacks, clock=Clock(start.state.elapsed_s))
