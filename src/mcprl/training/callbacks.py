@@ -148,11 +148,12 @@ class MetricsJsonlCallback(Callback):
 
 
 def trim_metrics(run_dir: Path, sft_step: int, grpo_step: int) -> int:
-    """Drop metrics.jsonl rows logged after the checkpoint a run resumes from, and returns how many.
+    """Moves the metrics.jsonl rows logged after the checkpoint a run resumes from to
+    metrics.superseded.jsonl, and returns how many.
 
     A run killed between checkpoints has logged steps it will train again; without this the record holds
-    both copies, and the report counts, times and plots each repeated step twice. A line cut short by the kill
-    goes too: its step is logged again."""
+    both copies, and the report counts, times and plots each repeated step twice. A line cut short by the
+    kill moves too: its step is logged again."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return 0
@@ -160,6 +161,8 @@ def trim_metrics(run_dir: Path, sft_step: int, grpo_step: int) -> int:
     last = {"sft": sft_step, "grpo": grpo_step}
     kept = [line for line in lines if _logged_by(line, last)]
     if len(kept) < len(lines):
+        with (run_dir / "metrics.superseded.jsonl").open("a", encoding="utf-8") as fh:
+            fh.write("".join(line + "\n" for line in lines if not _logged_by(line, last)))
         path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
     return len(lines) - len(kept)
 
