@@ -39,7 +39,7 @@ def test_resuming_inside_the_same_run_touches_nothing(tmp_path):
     assert not (tmp_path / "eval_sft").exists()
 
 
-def test_a_resume_drops_the_steps_logged_after_its_checkpoint(tmp_path):
+def test_a_resume_logs_each_step_once(tmp_path):
     """The run killed after GRPO step 7, checkpointed at step 5: `open_run` keeps steps 1-5 in metrics.jsonl,
     so the steps trained again are logged once (the report counted 10 GRPO steps of 8 before)."""
     import json
@@ -51,7 +51,8 @@ def test_a_resume_drops_the_steps_logged_after_its_checkpoint(tmp_path):
     cfg.run.output_dir, cfg.logging.wandb.enabled, cfg.logging.console_every = str(tmp_path), False, 0
     checkpoint = tmp_path / "checkpoints" / "step_grpo_5"
     checkpoint.mkdir(parents=True)
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "phase": "grpo"}) + "\n" for s in range(1, 8)))
+    rows = [json.dumps({"step": s, "phase": "grpo"}) + "\n" for s in range(1, 8)]
+    (tmp_path / "metrics.jsonl").write_text("".join(rows))
     start = RunStart(cfg, tmp_path, [], [], tmp_path / "experts.jsonl", [], checkpoint,
                      TrainState(phase="grpo", sft_step=641, grpo_step=5))
 

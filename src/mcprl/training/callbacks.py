@@ -157,14 +157,17 @@ def trim_metrics(run_dir: Path, sft_step: int, grpo_step: int) -> int:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return 0
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     last = {"sft": sft_step, "grpo": grpo_step}
-    kept = [line for line in lines if _logged_by(line, last)]
-    if len(kept) < len(lines):
+    kept: list[str] = []
+    moved: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            (kept if _logged_by(line, last) else moved).append(line + "\n")
+    if moved:
         with (run_dir / "metrics.superseded.jsonl").open("a", encoding="utf-8") as fh:
-            fh.write("".join(line + "\n" for line in lines if not _logged_by(line, last)))
-        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-    return len(lines) - len(kept)
+            fh.write("".join(moved))
+        path.write_text("".join(kept), encoding="utf-8")
+    return len(moved)
 
 
 def _logged_by(line: str, last: Mapping[str, int]) -> bool:

@@ -91,10 +91,10 @@ def open_run(start: RunStart, policy: Policy, where: str = "") -> Run:
     if start.checkpoint is not None:
         console.print(f"resuming from {start.checkpoint} ({start.state.phase} step {start.state.tag}){where}")
         adopt_evals(start.checkpoint, start.dir, start.state)
-        dropped = trim_metrics(start.dir, start.state.sft_step, start.state.grpo_step)
-        if dropped:
-            console.print(f"metrics.jsonl: {dropped} row(s) logged after that checkpoint moved to metrics.superseded.jsonl "
-                          "(those steps run again)")
+        moved = trim_metrics(start.dir, start.state.sft_step, start.state.grpo_step)
+        if moved:
+            console.print(f"metrics.jsonl: {moved} row(s) logged after that checkpoint moved to "
+                          "metrics.superseded.jsonl (those steps run again)")
     callbacks = build_callbacks(start.cfg, start.dir)
     callbacks.on_train_start(start.cfg, start.dir)
     return Run(**vars(start), policy=policy, callbacks=callbacks, clock=Clock(start.state.elapsed_s))
