@@ -1,8 +1,11 @@
-"""A GRPO rerun from another run's warm start (--resume-from) keeps that run's evals for its summary."""
+"""A resumed run's record: a GRPO rerun from another run's warm start (--resume-from) keeps that run's evals for
+its summary, and a resume logs each step once."""
+import json
 from pathlib import Path
 
 from mcprl.training.checkpoint import TrainState
-from mcprl.training.run import adopt_evals
+from mcprl.training.config import TrainConfig
+from mcprl.training.run import RunStart, adopt_evals, open_run
 
 
 def _eval_dir(path: Path, text: str) -> None:
@@ -42,11 +45,6 @@ def test_resuming_inside_the_same_run_touches_nothing(tmp_path):
 def test_a_resume_logs_each_step_once(tmp_path):
     """The run killed after GRPO step 7, checkpointed at step 5: `open_run` keeps steps 1-5 in metrics.jsonl,
     so the steps trained again are logged once (the report counted 10 GRPO steps of 8 before)."""
-    import json
-
-    from mcprl.training.config import TrainConfig
-    from mcprl.training.run import RunStart, open_run
-
     cfg = TrainConfig()
     cfg.run.output_dir, cfg.logging.wandb.enabled, cfg.logging.console_every = str(tmp_path), False, 0
     checkpoint = tmp_path / "checkpoints" / "step_grpo_5"
