@@ -1,5 +1,5 @@
-"""A resumed run's record: a GRPO rerun from another run's warm start (--resume-from) keeps that run's evals for
-its summary, and a resume logs each step once."""
+"""A run's record: a GRPO rerun from another run's warm start (--resume-from) keeps that run's evals for its
+summary, a resume logs each step once, and a new run in a used directory starts a record of its own."""
 import json
 from pathlib import Path
 
@@ -59,3 +59,39 @@ def test_a_resume_logs_each_step_once(tmp_path):
 
     steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def _record(run_dir: Path, rows: list[tuple[str, int]]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "phase": p}) + "\n" for p, s in rows))
+
+
+def _open(run_dir: Path, checkpoint: Path | None, state: TrainState) -> list[tuple[str, int]]:
+    cfg = TrainConfig()
+    cfg.run.output_dir, cfg.logging.wandb.enabled, cfg.logging.console_every = str(run_dir), False, 0
+    open_run(RunStart(cfg, run_dir, [], [], run_dir / "experts.jsonl", [], checkpoint, state),
+             policy=None)  # type: ignore[arg-type]
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [(row["phase"], row["step"]) for row in map(json.loads, lines)]
+
+
+def test_a_new_run_in_a_used_directory_moves_the_old_record_aside(tmp_path):
+    """`make train` twice, or `--resume` before any checkpoint: the second run's steps are not appended to the
+    first one's (the report would count 641 SFT steps twice); the old rows are kept aside."""
+    _record(tmp_path, [("sft", 1), ("sft", 2), ("grpo", 1)])
+
+    assert _open(tmp_path, None, TrainState(phase="sft")) == []
+    assert len((tmp_path / "metrics.superseded.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_rerun_from_another_runs_checkpoint_keeps_none_of_the_directorys_old_rows(tmp_path):
+    warm, rerun = tmp_path / "warm", tmp_path / "rerun"
+    checkpoint = warm / "checkpoints" / "step_grpo_0"
+    checkpoint.mkdir(parents=True)
+    _record(rerun, [("sft", 1), ("grpo", 1)])  # an older run in the rerun's directory
+
+    assert _open(rerun, checkpoint, TrainState(phase="grpo", sft_step=641)) == []
+    own = rerun / "checkpoints" / "step_grpo_0"  # --resume-from the directory's own warm start keeps its SFT
+    own.mkdir(parents=True)
+    _record(rerun, [("sft", 1), ("sft", 2), ("grpo", 1)])
+    assert _open(rerun, own, TrainState(phase="grpo", sft_step=2)) == [("sft", 1), ("sft", 2)]

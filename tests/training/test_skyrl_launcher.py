@@ -227,6 +227,11 @@ def test_run_record_bridge_maps_skyrl_metrics_into_metrics_jsonl(tmp_path):
             "generate/avg_num_tokens": 300.0}
     bridge.on_log(None, CallbackInput(1, 0, 2, 2, logs=logs), control)
     bridge.on_train_end(None, CallbackInput(2, 0, 2, 2), control)
+    record = tmp_path / "run" / "metrics.jsonl"
+    with record.open("a") as fh:  # killed after step 2, SkyRL's checkpoint at step 1: step 2 trains again
+        fh.write(json.dumps({"step": 2, "phase": "grpo"}) + "\n")
+    bridge.on_train_start(None, CallbackInput(1, 0, 2, 2), control)
+    assert (tmp_path / "run" / "metrics.superseded.jsonl").read_text().count("\n") == 1
 
     (row,) = [short(json.loads(line)) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert {k: row[k] for k in ("step", "phase", "reward_mean", "policy_loss", "clip_frac", "entropy", "lr", "kl",

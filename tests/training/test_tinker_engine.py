@@ -72,7 +72,7 @@ def trained(tiny_dir, reward_module, tmp_path_factory):
         f"run.output_dir={out}", "tinker.backend_config={max_lora_adapters: 4, sample_max_num_sequences: 8}"])
     original = run_module.build_callbacks
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(run_module, "build_callbacks", lambda c, d: CallbackList([CrashAt(2), *original(c, d)]))
+        patch.setattr(run_module, "build_callbacks", lambda c, d, **kw: CallbackList([CrashAt(2), *original(c, d, **kw)]))
         with pytest.raises(KeyboardInterrupt):
             run.train(cfg)
     crashed = (out / "checkpoints" / "latest").read_text().strip()

@@ -62,8 +62,8 @@ class CrashAt(Callback):
 def crash_then_resume(monkeypatch, cfg, phase: str, step: int, **kwargs) -> dict:
     """Train until a simulated crash after `phase` step `step`, then `--resume`: the resumed run's summary."""
     original = run_module.build_callbacks
-    monkeypatch.setattr(run_module, "build_callbacks", lambda cfg, run_dir: CallbackList(
-        [CrashAt(phase, step), *original(cfg, run_dir)]))
+    monkeypatch.setattr(run_module, "build_callbacks", lambda cfg, run_dir, **kw: CallbackList(
+        [CrashAt(phase, step), *original(cfg, run_dir, **kw)]))
     with pytest.raises(KeyboardInterrupt):
         trainer.train(cfg, **kwargs)
     monkeypatch.setattr(run_module, "build_callbacks", original)

@@ -308,13 +308,21 @@ _CONSOLE_FIELDS = (  # label, metric ("loss": the phase's loss), spread metric, 
 )
 
 
+WANDB_ID_FILE = "wandb_run_id"
+
+
 class WandbCallback(Callback):
     """Weights & Biases; `auto` mode is online only with WANDB_API_KEY set, else offline, and never prompts.
-    The config, run name and tags go through `mcprl.redact`; checkpoints are saved as links, not copies."""
+    The config, run name and tags go through `mcprl.redact`; checkpoints are saved as links, not copies.
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    A `--resume` online continues the W&B run the run directory started (its id in RUN_DIR/wandb_run_id).
+    Offline it starts a new one: W&B cannot resume an offline run, and syncing a second offline run under
+    the same id replaces the first one's history (wandb/wandb#5865, #3841)."""
+
+    def __init__(self, cfg: TrainConfig, resume: bool = False) -> None:
         self.cfg = cfg
         self.mode = resolve_wandb_mode(cfg.logging.wandb)
+        self.resume = resume
         self.run: Any = None
 
     def on_train_start(self, cfg: TrainConfig, run_dir: Path) -> None:
@@ -325,11 +333,16 @@ class WandbCallback(Callback):
 
         w = cfg.logging.wandb
         run_dir.mkdir(parents=True, exist_ok=True)
+        id_file = run_dir / WANDB_ID_FILE
+        run_id = None
+        if self.resume and self.mode == "online" and id_file.is_file():
+            run_id = id_file.read_text().strip() or None
         self.run = wandb.init(
             project=w.project, entity=w.entity, name=redact(cfg.run.name), tags=redact(list(w.tags)) or None,
-            config=redact(cfg.to_dict()), dir=str(run_dir), mode=self.mode,
-            settings=wandb.Settings(silent=True, console="off"),
+            config=redact(cfg.to_dict()), dir=str(run_dir), mode=self.mode, id=run_id,
+            resume="allow" if run_id else None, settings=wandb.Settings(silent=True, console="off"),
         )
+        id_file.write_text(self.run.id)
         self.run.define_metric("step")
         self.run.define_metric("sft/step")
         for namespace in sorted({name.split("/")[0] for name in GRPO_NAMES.values()} | {"grpo"}):
@@ -408,15 +421,16 @@ def eval_numbers(results: Mapping[str, Any], name: str) -> dict[str, float | int
     return flatten_numbers({k: v for k, v in results.items() if k != "per_task"}, f"eval/{name}")
 
 
-def build_callbacks(cfg: TrainConfig, run_dir: str | Path) -> CallbackList:
-    """The sinks the config asks for; the health check comes last so every sink records the step that trips it."""
+def build_callbacks(cfg: TrainConfig, run_dir: str | Path, resume: bool = False) -> CallbackList:
+    """The sinks the config asks for; the health check comes last so every sink records the step that trips it.
+    `resume`: the run continues from one of its own checkpoints."""
     run_dir = Path(run_dir)
     callbacks: list[Callback] = [MetricsJsonlCallback(run_dir)]
     if cfg.logging.console_every > 0:
         totals = {"grpo": cfg.algo.steps, "sft": cfg.sft.max_steps}
         callbacks.append(ConsoleCallback(totals, every=cfg.logging.console_every))
     if resolve_wandb_mode(cfg.logging.wandb) != "disabled":
-        callbacks.append(WandbCallback(cfg))
+        callbacks.append(WandbCallback(cfg, resume))
     if cfg.logging.tensorboard:
         callbacks.append(TensorboardCallback(run_dir))
     if cfg.algo.health_patience > 0:

@@ -88,14 +88,16 @@ def start_run(cfg: TrainConfig, resume: bool, resume_from: Path | None) -> RunSt
 def open_run(start: RunStart, policy: Policy, where: str = "") -> Run:
     """The run's callbacks started and its clock carried on; a resumed run says so and brings the evals of
     the run its checkpoint came from."""
+    own = start.checkpoint is not None and in_run(start.checkpoint, start.dir)
     if start.checkpoint is not None:
         console.print(f"resuming from {start.checkpoint} ({start.state.phase} step {start.state.tag}){where}")
         adopt_evals(start.checkpoint, start.dir, start.state)
-        moved = trim_metrics(start.dir, start.state.sft_step, start.state.grpo_step)
-        if moved:
-            console.print(f"metrics.jsonl: {moved} row(s) logged after that checkpoint moved to "
-                          "metrics.superseded.jsonl (those steps run again)")
-    callbacks = build_callbacks(start.cfg, start.dir)
+    # The record holds one run: a resume keeps the rows up to its checkpoint, any other start none.
+    moved = trim_metrics(start.dir, *((start.state.sft_step, start.state.grpo_step) if own else (0, 0)))
+    if moved:
+        why = "logged after that checkpoint (those steps run again)" if own else "of an earlier run in this directory"
+        console.print(f"metrics.jsonl: {moved} row(s) {why} moved to metrics.superseded.jsonl")
+    callbacks = build_callbacks(start.cfg, start.dir, resume=own)
     callbacks.on_train_start(start.cfg, start.dir)
     return Run(**vars(start), policy=policy, callbacks=callbacks, clock=Clock(start.state.elapsed_s))
 
@@ -103,9 +105,9 @@ def open_run(start: RunStart, policy: Policy, where: str = "") -> Run:
 def adopt_evals(checkpoint: Path, run_dir: Path, state: TrainState) -> None:
     """A checkpoint from another run brings that run's evals (eval_base/, eval_sft/) into this one, so the
     report and the paired tests still compare base -> sft -> grpo on the same tasks."""
-    source = Path(checkpoint).resolve().parent.parent
-    if source == run_dir.resolve():
+    if in_run(checkpoint, run_dir):
         return
+    source = Path(checkpoint).resolve().parent.parent
     for name in list(state.evals):
         src, dst = source / f"eval_{name}", run_dir / f"eval_{name}"
         if src.is_dir():
@@ -114,6 +116,11 @@ def adopt_evals(checkpoint: Path, run_dir: Path, state: TrainState) -> None:
         else:
             console.print(f"[yellow]{src} is gone: eval_{name} left out of this run's summary[/yellow]")
             del state.evals[name]
+
+
+def in_run(checkpoint: Path, run_dir: Path) -> bool:
+    """Whether the checkpoint is one of this run directory's own (RUN_DIR/checkpoints/step_*)."""
+    return Path(checkpoint).resolve().parent.parent == Path(run_dir).resolve()
 
 
 def prepare_data(cfg: TrainConfig) -> tuple[list[SkyRLSample], list[SkyRLSample], Path]:

@@ -14,7 +14,7 @@ from typing import Any
 import ray
 
 from mcprl._skyrl import CallbackInput, TrainingCallback, TrainingControl, base_ppo_exp, initialize_ray
-from mcprl.training.callbacks import MetricsJsonlCallback, flatten_numbers, to_number
+from mcprl.training.callbacks import MetricsJsonlCallback, flatten_numbers, to_number, trim_metrics
 from mcprl.training.config import TrainConfig
 
 # SkyRL metric -> mcprl metric (the report's names). The first present source wins.
@@ -59,6 +59,11 @@ class RunRecordBridge(TrainingCallback):
         self.evals: dict[str, dict[str, float | int]] = {}
 
     def on_train_start(self, trainer: Any, callback_input: CallbackInput, control: TrainingControl) -> None:
+        """SkyRL has loaded its checkpoint by now: the record keeps the rows up to its step (none when fresh)."""
+        moved = trim_metrics(self.run_dir, 0, callback_input.global_step)
+        if moved:
+            print(f"metrics.jsonl: {moved} row(s) after SkyRL's step {callback_input.global_step} moved to "
+                  "metrics.superseded.jsonl")
         self.record.on_train_start(self.train_cfg, self.run_dir)
 
     def on_log(self, trainer: Any, callback_input: CallbackInput, control: TrainingControl) -> None:
