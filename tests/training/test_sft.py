@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mcprl.training.logprobs import detachable_prefix, selected_token_logprobs
-from mcprl.training.sft import SFTExample, collate, sft_step
+from mcprl.training.sft import SFTExample, collate, noisy_embeddings, sft_step
 
 from .tiny_model import tiny_llama
 
@@ -117,3 +117,27 @@ def test_a_weight_0_message_stays_in_the_context_and_out_of_the_loss(tokenizer):
     unweighted = tokenize_conversation([{k: v for k, v in m.items() if k != "weight"} for m in messages],
                                        tokenizer, 1024)
     assert unweighted.input_ids == example.input_ids and sum(unweighted.loss_mask) > sum(example.loss_mask)
+
+
+@pytest.mark.parametrize("detach", ["none", "prompt"])
+def test_neftune_noise_changes_the_training_loss_only_inside_its_block(detach):
+    """sft.neftune_alpha: noise on the embeddings of a train-mode forward inside the block, on the detached
+    prompt's path too; none in eval mode (rollouts, evals) and none once the block is left."""
+    model = tiny_llama(2)
+    batch = [_demo(24, 10, seed=1)]
+
+    def loss() -> float:
+        model.zero_grad(set_to_none=True)
+        return sft_step(model, batch, 0, micro_batch_size=1, bf16=False, detach=detach)["sft_loss"]
+
+    model.train()
+    clean = loss()
+    with noisy_embeddings(model, 50.0):
+        noisy = loss()
+        model.eval()
+        assert loss() == clean
+        model.train()
+    assert noisy != clean
+    assert loss() == clean and not model.get_input_embeddings()._forward_hooks
+    with noisy_embeddings(model, None):
+        assert loss() == clean

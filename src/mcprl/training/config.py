@@ -155,6 +155,10 @@ class SFTConfig:
               "it: 28-83% held-out success across data orders without, 70-90% with; 0.99 against 0.95 was level "
               "or better at three seeds and halved the natural set's spread (docs/experiments/).")
     save_every: int = opt(0, "Checkpoint every N SFT steps (0: only when the phase ends).")
+    neftune_alpha: float | None = opt(
+        None, "NEFTune (Jain et al., 2023): uniform noise of scale alpha / sqrt(tokens x width) on the input "
+              "embeddings of every SFT step, a regulariser against learning the demos' exact wording (5 in the "
+              "paper; transformers' hook); null: off.")
     detach: Detach = opt(
         "prompt", "What the backward pass skips (the loss is the same): prompt encodes each demo's system + task "
                   "once without gradient; context also its tool results, so only the positions that predict the "

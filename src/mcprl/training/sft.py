@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -18,6 +19,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import torch
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.integrations.neftune import activate_neftune, deactivate_neftune
 
 from mcprl.training.logprobs import Detach, selected_token_logprobs
 from mcprl.training.ordering import interleave_families
@@ -102,6 +104,20 @@ def sft_step(model: PreTrainedModel, batch: list[SFTExample], pad_id: int, *, mi
         loss_sum += loss.item()
     return {"sft_loss": loss_sum, "sft_tokens": float(total_tokens),
             "sft_ppl": math.exp(min(loss_sum, 20.0))}
+
+
+@contextmanager
+def noisy_embeddings(model: PreTrainedModel, alpha: float | None) -> Iterator[None]:
+    """NEFTune's noise on the input embeddings while the model is in train mode (sft.neftune_alpha), by
+    transformers' own hook; nothing when alpha is null or 0."""
+    if not alpha:
+        yield
+        return
+    handle = activate_neftune(model, alpha)
+    try:
+        yield
+    finally:
+        deactivate_neftune(model, handle)
 
 
 class WeightAverage:

@@ -15,7 +15,14 @@ from mcprl.models.devices import release_memory, rss_gb
 from mcprl.training.checkpoint import load_checkpoint, save_checkpoint
 from mcprl.training.optim import optimizer_for
 from mcprl.training.run import Run, console
-from mcprl.training.sft import WeightAverage, batches, load_experts, sft_step, tokenize_conversation
+from mcprl.training.sft import (
+    WeightAverage,
+    batches,
+    load_experts,
+    noisy_embeddings,
+    sft_step,
+    tokenize_conversation,
+)
 
 
 def demo_families(experts: list[dict[str, Any]], train_tasks: list[SkyRLSample]) -> list[str]:
@@ -39,7 +46,7 @@ def run_sft(run: Run) -> None:
     for _ in range(state.sft_batches_drawn):
         next(stream)
     policy.model.train()
-    with Progress(console=console, transient=True) as bar:
+    with noisy_embeddings(policy.model, cfg.sft.neftune_alpha), Progress(console=console, transient=True) as bar:
         job = bar.add_task("SFT", total=total, completed=state.sft_step)
         while state.sft_step < total and not run.clock.over(cfg.sft.max_seconds):
             t0 = time.perf_counter()

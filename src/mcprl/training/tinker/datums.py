@@ -69,6 +69,9 @@ def ignored(cfg: TrainConfig) -> list[str]:
                      f"{cfg.tinker.lr_multiplier:g} x sft.lr and algo.lr")
     if cfg.sft.enabled and cfg.sft.ema_decay:
         notes.append(f"sft.ema_decay={cfg.sft.ema_decay:g}: no weight average (the weights live on the server)")
+    if cfg.sft.enabled and cfg.sft.neftune_alpha:
+        notes.append(f"sft.neftune_alpha={cfg.sft.neftune_alpha:g}: no embedding noise (the forward pass runs on "
+                     "the server)")
     return notes
 
 
