@@ -226,7 +226,9 @@ def test_a_server_killed_during_a_rollout_step_gives_error_observations_and_the_
 # GRPO from the base model on tasks with demos: its own episodes fail alike, so the demo each failed group gets
 # (experimental.expert_guidance) is the step's signal, a non-zero loss and gradient at every step.
 # chain_weight 1: with these 8 tasks both GRPO steps hold a group that expert guidance fills with a demo, so the
-# step the kill interrupts has a gradient to compare (at the recipe's 3, step 2 draws none and its loss is 0).
+# step the kill interrupts has a gradient to compare. At the recipe's 3, step 2's failed group is growth_and_post,
+# whose demo (a name, the retry with the ticker, run_python, the post, the answer) takes 5 turns: it fails under
+# this test's rollout.max_turns=4, so guidance leaves the group as it is (it fits the recipe's 6) and the loss is 0.
 KILL_RUN = ["data.generate.n_train=8", "data.generate.n_eval=1", "data.generate.chain_weight=1", "sft.enabled=false",
             "algo.steps=2", "algo.prompts_per_step=2", "algo.group_size=2", "algo.micro_batch_size=4", "algo.save_every=1",
             "algo.dynamic_sampling.max_sample_batches=1", "algo.prompts=all", "experimental.expert_guidance=true",
