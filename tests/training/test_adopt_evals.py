@@ -3,7 +3,7 @@ summary, a resume logs each step once, and a new run in a used directory starts 
 import json
 from pathlib import Path
 
-from mcprl.training.checkpoint import TrainState
+from mcprl.training.checkpoint import TrainState, latest_checkpoint
 from mcprl.training.config import TrainConfig
 from mcprl.training.run import RunStart, adopt_evals, open_run
 
@@ -79,9 +79,13 @@ def test_a_new_run_in_a_used_directory_moves_the_old_record_aside(tmp_path):
     """`make train` twice, or `--resume` before any checkpoint: the second run's steps are not appended to the
     first one's (the report would count 641 SFT steps twice); the old rows are kept aside."""
     _record(tmp_path, [("sft", 1), ("sft", 2), ("grpo", 1)])
+    old = tmp_path / "checkpoints" / "step_grpo_1"
+    old.mkdir(parents=True)
+    (tmp_path / "checkpoints" / "latest").write_text(old.name)
 
     assert _open(tmp_path, None, TrainState(phase="sft")) == []
     assert len((tmp_path / "metrics.superseded.jsonl").read_text().splitlines()) == 3
+    assert latest_checkpoint(tmp_path) is None and old.is_dir()  # a crash now, then --resume: this run again
 
 
 def test_a_rerun_from_another_runs_checkpoint_keeps_none_of_the_directorys_old_rows(tmp_path):

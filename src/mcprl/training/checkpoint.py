@@ -147,6 +147,17 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return path
 
 
+def retire_latest(run_dir: Path) -> bool:
+    """An older run's `latest` pointer goes when a new run starts in its directory (its checkpoints stay, for
+    --resume-from): a `--resume` after a crash before the new run's first checkpoint starts it again instead of
+    continuing the older run. Whether there was one."""
+    pointer = Path(run_dir) / "checkpoints" / "latest"
+    if not pointer.is_file():
+        return False
+    pointer.unlink()
+    return True
+
+
 def checked_checkpoint(path: Path) -> Path:
     """A checkpoint directory given by a user, or a ConfigError naming what is wrong with it."""
     from mcprl.errors import ConfigError

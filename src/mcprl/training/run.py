@@ -18,7 +18,7 @@ from rich.console import Console
 from mcprl.data import families, rules
 from mcprl.data.sample import SkyRLSample, read_samples, write_samples
 from mcprl.training.callbacks import CallbackList, build_callbacks, trim_metrics
-from mcprl.training.checkpoint import TrainState, latest_checkpoint, read_state
+from mcprl.training.checkpoint import TrainState, latest_checkpoint, read_state, retire_latest
 from mcprl.training.config import TrainConfig
 from mcprl.training.policy import Policy
 
@@ -97,6 +97,9 @@ def open_run(start: RunStart, policy: Policy, where: str = "") -> Run:
     if moved:
         why = "logged after that checkpoint (those steps run again)" if own else "of an earlier run in this directory"
         console.print(f"metrics.jsonl: {moved} row(s) {why} moved to metrics.superseded.jsonl")
+    if not own and retire_latest(start.dir):
+        console.print("checkpoints/latest of an earlier run in this directory removed (its checkpoints stay until "
+                      "this run's replace them; --resume-from one of them to continue it)")
     callbacks = build_callbacks(start.cfg, start.dir, resume=own)
     callbacks.on_train_start(start.cfg, start.dir)
     return Run(**vars(start), policy=policy, callbacks=callbacks, clock=Clock(start.state.elapsed_s))
