@@ -276,30 +276,28 @@ def test_a_critic_that_explains_nothing_is_reported_once_after_its_warm_up():
 
 
 class _FakeWandbRun:
-    def __init__(self, id: str | None) -> None:
-        self.id = id or "fresh-id"
-
     def define_metric(self, *args, **kwargs) -> None:
         pass
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb is not installed")
-@pytest.mark.parametrize(("mode", "resume", "expected"), [
-    ("online", True, ("run-1", "allow")),  # a resume continues the directory's W&B run
-    ("online", False, (None, None)),  # a fresh start in the same directory is a new W&B run
-    ("offline", True, (None, None)),  # W&B cannot resume offline runs: a new one, never the same id
+@pytest.mark.parametrize(("mode", "resume", "continues"), [
+    ("online", True, True),  # a resume continues the directory's W&B run
+    ("online", False, False),  # a fresh start in the same directory is a new W&B run
+    ("offline", True, False),  # W&B cannot resume offline runs: a new one, never the same id
 ])
-def test_wandb_resumes_the_directorys_run_only_online(tmp_path, monkeypatch, mode, resume, expected):
+def test_wandb_resumes_the_directorys_run_only_online(tmp_path, monkeypatch, mode, resume, continues):
     import wandb
 
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     calls = []
-    monkeypatch.setattr(wandb, "init", lambda **kw: calls.append(kw) or _FakeWandbRun(kw["id"]))
+    monkeypatch.setattr(wandb, "init", lambda **kw: calls.append(kw) or _FakeWandbRun())
     cfg = TrainConfig()
     cfg.logging.wandb.mode = mode
     (tmp_path / WANDB_ID_FILE).write_text("run-1\n")
 
     WandbCallback(cfg, resume=resume).on_train_start(cfg, tmp_path)
 
-    assert (calls[0]["id"], calls[0]["resume"]) == expected
-    assert (tmp_path / WANDB_ID_FILE).read_text() == (expected[0] or "fresh-id")
+    (call,) = calls
+    assert (call["id"] == "run-1", call["resume"]) == (continues, "allow" if continues else None)
+    assert (tmp_path / WANDB_ID_FILE).read_text() == call["id"]  # the next --resume continues this one

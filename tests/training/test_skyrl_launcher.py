@@ -280,3 +280,19 @@ def test_lora_top_layers_maps_to_skyrls_exclude_modules(tmp_path):
     assert re.fullmatch(pattern, "model.layers.27.self_attn.q_proj")
     assert not re.fullmatch(pattern, "model.layers.28.self_attn.q_proj")
     assert not re.fullmatch(pattern, "model.layers.29.mlp.down_proj")
+
+
+def test_an_online_resume_gives_skyrls_wandb_the_directorys_run_id(tmp_path, monkeypatch):
+    """SkyRL's tracker calls wandb.init without an id: W&B's own variables make `--resume` continue the run the
+    directory started, as the embedded engine does; offline is a new run (W&B cannot resume those)."""
+    from mcprl.training.skyrl_launcher import _logger
+
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    cfg, run_dir = quickstart(tmp_path, "logging.wandb.mode=online"), tmp_path / "run"
+
+    logger, env = _logger(cfg, run_dir, [], resume=False, prepare=True)
+    assert logger == "wandb" and "WANDB_RESUME" not in env
+    assert (run_dir / "wandb_run_id").read_text() == env["WANDB_RUN_ID"]
+    assert plan(cfg, resume=True).env == {"WANDB_RUN_ID": env["WANDB_RUN_ID"], "WANDB_RESUME": "allow"}
+    assert plan(cfg).env["WANDB_RUN_ID"] != env["WANDB_RUN_ID"]
+    assert plan(quickstart(tmp_path, "logging.wandb.mode=offline"), resume=True).env == {"WANDB_MODE": "offline"}

@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import secrets
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -311,6 +312,15 @@ _CONSOLE_FIELDS = (  # label, metric ("loss": the phase's loss), spread metric, 
 WANDB_ID_FILE = "wandb_run_id"
 
 
+def wandb_run_id(run_dir: Path, resume: bool) -> tuple[str, bool]:
+    """The W&B run id for a run in `run_dir` and whether it continues an earlier one: on `resume`, the id the
+    directory's run started with (RUN_DIR/wandb_run_id), else a new one. The caller writes it back."""
+    id_file = Path(run_dir) / WANDB_ID_FILE
+    if resume and id_file.is_file() and (earlier := id_file.read_text().strip()):
+        return earlier, True
+    return secrets.token_hex(4), False  # W&B's own ids are 8 lowercase alphanumerics too
+
+
 class WandbCallback(Callback):
     """Weights & Biases; `auto` mode is online only with WANDB_API_KEY set, else offline, and never prompts.
     The config, run name and tags go through `mcprl.redact`; checkpoints are saved as links, not copies.
@@ -333,16 +343,13 @@ class WandbCallback(Callback):
 
         w = cfg.logging.wandb
         run_dir.mkdir(parents=True, exist_ok=True)
-        id_file = run_dir / WANDB_ID_FILE
-        run_id = None
-        if self.resume and self.mode == "online" and id_file.is_file():
-            run_id = id_file.read_text().strip() or None
+        run_id, resuming = wandb_run_id(run_dir, self.resume and self.mode == "online")
         self.run = wandb.init(
             project=w.project, entity=w.entity, name=redact(cfg.run.name), tags=redact(list(w.tags)) or None,
             config=redact(cfg.to_dict()), dir=str(run_dir), mode=self.mode, id=run_id,
-            resume="allow" if run_id else None, settings=wandb.Settings(silent=True, console="off"),
+            resume="allow" if resuming else None, settings=wandb.Settings(silent=True, console="off"),
         )
-        id_file.write_text(self.run.id)
+        (run_dir / WANDB_ID_FILE).write_text(run_id)
         self.run.define_metric("step")
         self.run.define_metric("sft/step")
         for namespace in sorted({name.split("/")[0] for name in GRPO_NAMES.values()} | {"grpo"}):
