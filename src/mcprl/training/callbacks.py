@@ -312,13 +312,17 @@ _CONSOLE_FIELDS = (  # label, metric ("loss": the phase's loss), spread metric, 
 WANDB_ID_FILE = "wandb_run_id"
 
 
-def wandb_run_id(run_dir: Path, resume: bool) -> tuple[str, bool]:
+def wandb_run_id(run_dir: Path, resume: bool, *, record: bool = True) -> tuple[str, bool]:
     """The W&B run id for a run in `run_dir` and whether it continues an earlier one: on `resume`, the id the
-    directory's run started with (RUN_DIR/wandb_run_id), else a new one. The caller writes it back."""
+    directory's run started with (RUN_DIR/wandb_run_id), else a new one; `record` writes it there for the next
+    resume (a dry run records nothing)."""
     id_file = Path(run_dir) / WANDB_ID_FILE
-    if resume and id_file.is_file() and (earlier := id_file.read_text().strip()):
-        return earlier, True
-    return secrets.token_hex(4), False  # W&B's own ids are 8 lowercase alphanumerics too
+    earlier = id_file.read_text().strip() if resume and id_file.is_file() else ""
+    run_id = earlier or secrets.token_hex(4)  # W&B's own ids are 8 lowercase alphanumerics too
+    if record:
+        id_file.parent.mkdir(parents=True, exist_ok=True)
+        id_file.write_text(run_id)
+    return run_id, bool(earlier)
 
 
 class WandbCallback(Callback):
@@ -349,7 +353,6 @@ class WandbCallback(Callback):
             config=redact(cfg.to_dict()), dir=str(run_dir), mode=self.mode, id=run_id,
             resume="allow" if resuming else None, settings=wandb.Settings(silent=True, console="off"),
         )
-        (run_dir / WANDB_ID_FILE).write_text(run_id)
         self.run.define_metric("step")
         self.run.define_metric("sft/step")
         for namespace in sorted({name.split("/")[0] for name in GRPO_NAMES.values()} | {"grpo"}):

@@ -27,7 +27,7 @@ from mcprl.data.sample import read_samples, write_samples
 from mcprl.envs import ENV_ID, OPENENV_ID
 from mcprl.envs.config import EnvConfig
 from mcprl.errors import ConfigError
-from mcprl.training.callbacks import WANDB_ID_FILE, wandb_run_id
+from mcprl.training.callbacks import wandb_run_id
 from mcprl.training.config import CRITIC_ESTIMATORS, TrainConfig, env_config, openenv_env_config, resolve_wandb_mode
 from mcprl.training.skyrl_gym_config import MCPSkyRLGymConfig
 
@@ -183,15 +183,12 @@ def _logger(cfg: TrainConfig, run_dir: Path, notes: list[str], *, resume: bool,
             prepare: bool) -> tuple[str, dict[str, str]]:
     """SkyRL's tracker backend and env vars for it. SkyRL's validate_cfg insists on WANDB_API_KEY for wandb.
     Online, W&B's own variables give SkyRL's `wandb.init` the run id, so `--resume` continues the directory's run
-    as the embedded engine's does (callbacks.WandbCallback); the id is written when the run is prepared."""
+    as the embedded engine's does (callbacks.WandbCallback); the id is recorded when the run is prepared."""
     mode = resolve_wandb_mode(cfg.logging.wandb)
     if mode != "disabled" and os.environ.get("WANDB_API_KEY"):
         if mode == "offline":
             return "wandb", {"WANDB_MODE": "offline"}
-        run_id, resuming = wandb_run_id(run_dir, resume)
-        if prepare:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / WANDB_ID_FILE).write_text(run_id)
+        run_id, resuming = wandb_run_id(run_dir, resume, record=prepare)
         return "wandb", {"WANDB_RUN_ID": run_id, **({"WANDB_RESUME": "allow"} if resuming else {})}
     if mode != "disabled":
         sink = "tensorboard" if cfg.logging.tensorboard else "the console"
